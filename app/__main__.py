@@ -1,0 +1,49 @@
+"""`python -m app`: read settings from flags and SPECGATE_* variables, then serve."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import psutil
+import uvicorn
+from pydantic_settings import CliApp
+
+from app.main import create_app
+from app.settings import Settings
+
+logger = logging.getLogger("specgate")
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = CliApp.run(Settings, cli_args=sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        uvicorn.run(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level,
+            timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
+        )
+    finally:
+        _stop_leftover_children()
+    return 0
+
+
+def _stop_leftover_children() -> None:
+    # The lifespan shuts the engines down; this is the net for paths that skip it (a failed
+    # start-up, a forced second Ctrl-C). vLLM's engine cores must not outlive the gateway.
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=10)
+    for child in alive:
+        logger.warning("killing engine process %s that ignored SIGTERM", child.pid)
+        child.kill()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

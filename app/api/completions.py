@@ -1,0 +1,64 @@
+"""POST /v1/completions."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+from sse_starlette import EventSourceResponse
+
+from app.api.sampling import sampling_options
+from app.deps import GatewayDep, SpeculativeHeader
+from app.errors import InvalidRequestError
+from app.formatting import public_finish, route_headers, route_info, usage
+from app.schemas.common import dump
+from app.schemas.completions import Completion, CompletionChoice, CompletionRequest
+from app.streaming import completion_chunk_makers, sse_events
+
+router = APIRouter()
+
+
+@router.post("/v1/completions", response_model=Completion)
+async def create_completion(
+    body: CompletionRequest, gateway: GatewayDep, x_speculative: SpeculativeHeader = None
+) -> Response:
+    """Create a text completion, streamed over SSE when `stream` is true."""
+    gateway.check_model(body.model)
+    try:
+        prompt = body.single_prompt()
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc), param="prompt") from exc
+    options = sampling_options(body, body.max_tokens, None)
+    prompt_text = prompt if isinstance(prompt, str) else ""
+    decision = gateway.decide(x_speculative, prompt_text, False, options.temperature)
+    completion_id = f"cmpl-{uuid.uuid4().hex}"
+    run = await gateway.start(decision, completion_id, prompt, options, "completions")
+    headers = route_headers(decision, completion_id)
+    created = int(time.time())
+
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        chunk, usage_chunk = completion_chunk_makers(completion_id, created, gateway.model_id)
+        return EventSourceResponse(
+            sse_events(run, chunk, usage_chunk, include_usage), headers=headers, sep="\n"
+        )
+
+    await run.collect()
+    completion = Completion(
+        id=completion_id,
+        created=created,
+        model=gateway.model_id,
+        choices=[
+            CompletionChoice(
+                index=index,
+                text=choice.text,
+                finish_reason=public_finish(choice.finish_reason) or "stop",
+            )
+            for index, choice in sorted(run.choices.items())
+        ],
+        usage=usage(run),
+        specgate=route_info(run),
+    )
+    return JSONResponse(dump(completion), headers=headers)

@@ -1,0 +1,40 @@
+"""GET /health and GET /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from app.deps import GatewayDep
+from app.errors import SpecgateError
+
+router = APIRouter()
+
+HEALTH_TIMEOUT_SECONDS = 5.0
+
+
+@router.get("/health")
+async def health(gateway: GatewayDep) -> Response:
+    """200 when every engine answers, 503 otherwise."""
+    status: dict[str, str] = {}
+    healthy = True
+    for route, engine in gateway.engines.items():
+        try:
+            await asyncio.wait_for(engine.check_health(), HEALTH_TIMEOUT_SECONDS)
+            status[route] = "ok"
+        except (SpecgateError, TimeoutError) as exc:
+            healthy = False
+            status[route] = str(exc) or "timed out"
+    return JSONResponse(
+        {"status": "ok" if healthy else "unavailable", "engines": status},
+        status_code=200 if healthy else 503,
+    )
+
+
+@router.get("/metrics")
+async def metrics(gateway: GatewayDep) -> Response:
+    """Prometheus metrics: requests, latency and speculative counters by engine."""
+    return Response(gateway.metrics.render(), media_type=CONTENT_TYPE_LATEST)

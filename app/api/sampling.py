@@ -1,0 +1,28 @@
+"""OpenAI sampling fields -> engine sampling options, shared by both generation endpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.engine.types import SamplingOptions
+from app.schemas.common import RequestBase
+
+
+def sampling_options(
+    body: RequestBase, max_tokens: int | None, json_schema: dict[str, Any] | None
+) -> SamplingOptions:
+    temperature = body.temperature
+    # top_p 0 keeps only the most likely token: that is greedy decoding.
+    if body.top_p == 0:
+        temperature = 0.0
+    return SamplingOptions(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=body.top_p or None,
+        presence_penalty=body.presence_penalty or 0.0,
+        frequency_penalty=body.frequency_penalty or 0.0,
+        stop=body.stop_sequences(),
+        seed=body.seed,
+        n=body.n,
+        json_schema=json_schema,
+    )

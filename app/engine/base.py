@@ -1,0 +1,32 @@
+"""The engine adapter protocol: what a route needs from whatever generates tokens."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from app.engine.types import GenerationRequest, GenerationStep, Route
+
+
+class Engine(Protocol):
+    route: Route
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
+        """Stream the request's progress. Closing the iterator early aborts the request.
+
+        Bad requests raise `app.errors.InvalidRequestError` on the first step, before any
+        output, so the HTTP layer can still answer with an error status.
+        """
+        ...
+
+    def unfinished_requests(self) -> int:
+        """Requests the engine still holds (running, queued, or not yet cleaned up)."""
+        ...
+
+    async def check_health(self) -> None:
+        """Raise if the engine cannot serve."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop the engine and every process it started."""
+        ...

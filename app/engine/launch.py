@@ -1,0 +1,40 @@
+"""Start the real engines for a set of settings, and stop them all on exit."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import AsyncExitStack
+
+from app.embedded_model import prepare_embedded_model
+from app.engine.base import Engine
+from app.engine.types import Route
+from app.settings import Settings
+
+logger = logging.getLogger("specgate.engine")
+
+ROUTES: tuple[Route, ...] = ("speculative", "plain")
+
+
+async def resolve_model_path(settings: Settings) -> str:
+    if settings.model:
+        return settings.model
+    folder = await asyncio.to_thread(prepare_embedded_model, settings.cache_dir / "models")
+    return str(folder)
+
+
+async def start_vllm_engines(settings: Settings, stack: AsyncExitStack) -> dict[Route, Engine]:
+    """Both engines, each registered on `stack` for shutdown as soon as it exists."""
+    # Imported here so that the HTTP layer and its fast tests never load vLLM.
+    from app.engine.vllm_engine import VllmEngine
+
+    model_path = await resolve_model_path(settings)
+    engines: dict[Route, Engine] = {}
+    started = time.monotonic()
+    for route in ROUTES:
+        engine = await asyncio.to_thread(VllmEngine.start, settings, model_path, route)
+        stack.push_async_callback(engine.aclose)
+        engines[route] = engine
+    logger.info("engines ready in %.1f s", time.monotonic() - started)
+    return engines

@@ -1,0 +1,75 @@
+"""What the HTTP layer and an engine adapter exchange. No vLLM types cross this line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, TypedDict
+
+Route = Literal["speculative", "plain"]
+FinishReason = Literal["stop", "length", "abort"]
+
+
+class ChatMessage(TypedDict):
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    n: int = 1
+    # Structured output: a JSON schema, or {} for "any JSON object".
+    json_schema: dict[str, object] | None = None
+
+
+# A completion prompt (text or token ids) or a chat conversation.
+Prompt = str | list[int] | list[ChatMessage]
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    request_id: str
+    prompt: Prompt
+    options: SamplingOptions = field(default_factory=SamplingOptions)
+
+
+@dataclass(frozen=True)
+class SpecDecodeStats:
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    def __add__(self, other: SpecDecodeStats) -> SpecDecodeStats:
+        return SpecDecodeStats(
+            self.drafts + other.drafts,
+            self.draft_tokens + other.draft_tokens,
+            self.accepted_tokens + other.accepted_tokens,
+        )
+
+
+@dataclass(frozen=True)
+class ChoiceDelta:
+    index: int
+    text: str
+    new_tokens: int
+    finish_reason: FinishReason | None = None
+    # Set on the final delta of a choice served by a speculative engine.
+    spec: SpecDecodeStats | None = None
+
+
+@dataclass(frozen=True)
+class GenerationStep:
+    """One batch of progress on a request: new text for one or more of its n choices."""
+
+    prompt_tokens: int
+    choices: list[ChoiceDelta]

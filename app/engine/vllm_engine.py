@@ -1,0 +1,210 @@
+"""The vLLM adapter: the only module that imports vllm.
+
+Each `VllmEngine` owns one `AsyncLLM` (vLLM V1's AsyncLLMEngine), whose engine core runs
+in a child process. Requests go in as token ids, so both engines see the same prompt and
+usage counts come from the tokens actually served.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from vllm import SamplingParams
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.exceptions import VLLMClientError
+from vllm.platforms import current_platform
+from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+from vllm.v1.engine.async_llm import AsyncLLM
+from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
+from vllm.v1.metrics.stats import RequestSpecDecodeMetrics
+
+from app.engine.types import (
+    ChoiceDelta,
+    FinishReason,
+    GenerationRequest,
+    GenerationStep,
+    Route,
+    SamplingOptions,
+    SpecDecodeStats,
+)
+from app.errors import (
+    ContextLengthError,
+    EngineFailureError,
+    EngineUnavailableError,
+    InvalidRequestError,
+)
+from app.settings import Settings
+
+logger = logging.getLogger("specgate.engine")
+
+# Two engines share one machine; on CPUs sizing the KV cache by memory fraction is fragile
+# (it subtracts the whole process's resident memory), so each gets a fixed budget.
+CPU_KV_CACHE_BYTES = 512 * 1024 * 1024
+
+
+def engine_args(settings: Settings, model_path: str, route: Route) -> AsyncEngineArgs:
+    """vLLM engine arguments for one route, with platform defaults applied."""
+    on_cpu = current_platform.is_cpu()
+    speculative = route == "speculative"
+    dtype = settings.dtype
+    if dtype == "auto" and on_cpu:
+        # On AVX2-only CPUs bf16 is emulated; in fp32 the K+1-token verification pass is
+        # cheap enough for speculation to pay (see README, "Engines on CPUs").
+        dtype = "float32"
+    kv_cache_bytes = settings.kv_cache_memory_bytes
+    if kv_cache_bytes is None and on_cpu:
+        kv_cache_bytes = CPU_KV_CACHE_BYTES
+    enforce_eager = settings.enforce_eager if settings.enforce_eager is not None else on_cpu
+    extra: dict[str, Any] = {}
+    if speculative:
+        extra["speculative_config"] = settings.engine_speculative_config()
+        extra["per_request_spec_decode_metrics"] = "summary"
+    return AsyncEngineArgs(
+        model=model_path,
+        served_model_name=[settings.model_id],
+        dtype=dtype,  # type: ignore[arg-type]  # vLLM validates the name itself
+        max_model_len=settings.max_model_len,  # type: ignore[arg-type]  # None: the model's
+        tensor_parallel_size=settings.tensor_parallel_size,
+        gpu_memory_utilization=settings.engine_memory_fraction(speculative),
+        kv_cache_memory_bytes=kv_cache_bytes,
+        enforce_eager=enforce_eager,
+        # specgate keeps its own Prometheus metrics; vLLM's global registry cannot hold two engines.
+        disable_log_stats=True,
+        **extra,
+    )
+
+
+class VllmEngine:
+    def __init__(self, llm: AsyncLLM, route: Route) -> None:
+        self.route: Route = route
+        self._llm = llm
+        self._tokenizer = llm.get_tokenizer()
+        self.max_model_len: int = llm.model_config.max_model_len
+
+    @classmethod
+    def start(cls, settings: Settings, model_path: str, route: Route) -> VllmEngine:
+        """Build the engine; blocks until its core process is ready (tens of seconds)."""
+        args = engine_args(settings, model_path, route)
+        logger.info("starting the %s engine on %s", route, model_path)
+        return cls(AsyncLLM.from_engine_args(args), route)
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
+        prompt_ids = self._prompt_token_ids(request.prompt)
+        self._check_context(len(prompt_ids), request.options.max_tokens)
+        params = self._sampling_params(request.options)
+        stream = self._llm.generate(
+            {"prompt_token_ids": prompt_ids}, params, request_id=request.request_id
+        )
+        try:
+            async for output in stream:
+                yield GenerationStep(
+                    prompt_tokens=len(prompt_ids),
+                    choices=[_choice_delta(choice) for choice in output.outputs],
+                )
+        except (VLLMClientError, ValueError) as exc:
+            raise InvalidRequestError(str(exc)) from exc
+        except EngineDeadError as exc:
+            raise EngineUnavailableError(f"the {self.route} engine has stopped") from exc
+        except EngineGenerateError as exc:
+            raise EngineFailureError(f"the {self.route} engine failed: {exc.__cause__}") from exc
+        finally:
+            # Closing vLLM's generator early aborts the request inside the engine.
+            await stream.aclose()
+
+    def unfinished_requests(self) -> int:
+        return self._llm.get_num_unfinished_requests()
+
+    async def check_health(self) -> None:
+        try:
+            await self._llm.check_health()
+        except EngineDeadError as exc:
+            raise EngineUnavailableError(f"the {self.route} engine has stopped") from exc
+
+    async def aclose(self) -> None:
+        logger.info("stopping the %s engine", self.route)
+        self._llm.shutdown()
+
+    def _prompt_token_ids(self, prompt: str | list[int] | list[Any]) -> list[int]:
+        if isinstance(prompt, str):
+            return list(self._tokenizer.encode(prompt))
+        if all(isinstance(token, int) for token in prompt):
+            vocab = len(self._tokenizer)
+            if any(not 0 <= token < vocab for token in prompt):
+                raise InvalidRequestError(
+                    f"prompt token ids must lie in [0, {vocab})", param="prompt"
+                )
+            return list(prompt)
+        try:
+            text = self._tokenizer.apply_chat_template(
+                list(prompt), add_generation_prompt=True, tokenize=False
+            )
+        except Exception as exc:  # the template is model code; any failure is the request's
+            raise InvalidRequestError(
+                f"cannot apply the chat template: {exc}", param="messages"
+            ) from exc
+        # The template already wrote the special tokens it wants.
+        return list(self._tokenizer.encode(str(text), add_special_tokens=False))
+
+    def _check_context(self, prompt_tokens: int, max_tokens: int | None) -> None:
+        wanted = prompt_tokens + (max_tokens or 1)
+        if wanted > self.max_model_len:
+            raise ContextLengthError(
+                f"This model's maximum context length is {self.max_model_len} tokens. "
+                f"The request needs {wanted} ({prompt_tokens} in the prompt, "
+                f"{max_tokens or 1} to generate).",
+                param="messages" if max_tokens is None else "max_tokens",
+            )
+
+    @staticmethod
+    def _sampling_params(options: SamplingOptions) -> SamplingParams:
+        structured = None
+        if options.json_schema is not None:
+            structured = (
+                StructuredOutputsParams(json=options.json_schema)
+                if options.json_schema
+                else StructuredOutputsParams(json_object=True)
+            )
+        try:
+            return SamplingParams(
+                n=options.n,
+                temperature=1.0 if options.temperature is None else options.temperature,
+                top_p=1.0 if options.top_p is None else options.top_p,
+                presence_penalty=options.presence_penalty,
+                frequency_penalty=options.frequency_penalty,
+                max_tokens=options.max_tokens,
+                stop=list(options.stop),
+                seed=options.seed,
+                structured_outputs=structured,
+                output_kind=RequestOutputKind.DELTA,
+            )
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from exc
+
+
+def _choice_delta(choice: Any) -> ChoiceDelta:
+    finish: FinishReason | None = None
+    if choice.finish_reason is not None:
+        if choice.finish_reason == "error":
+            raise EngineFailureError("the engine failed while generating")
+        finish = "length" if choice.finish_reason == "length" else "stop"
+        if choice.finish_reason == "abort":
+            finish = "abort"
+    return ChoiceDelta(
+        index=choice.index,
+        text=choice.text,
+        new_tokens=len(choice.token_ids),
+        finish_reason=finish,
+        spec=_spec_stats(choice.spec_decode_metrics),
+    )
+
+
+def _spec_stats(metrics: RequestSpecDecodeMetrics | None) -> SpecDecodeStats | None:
+    if metrics is None:
+        return None
+    return SpecDecodeStats(
+        drafts=sum(metrics.histogram),
+        draft_tokens=metrics.num_draft_tokens,
+        accepted_tokens=sum(accepted * count for accepted, count in enumerate(metrics.histogram)),
+    )

@@ -1,0 +1,60 @@
+"""From a finished or running `Run` to the OpenAI usage block, route info and headers."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from app.engine.types import FinishReason
+from app.generation import Run
+from app.routing.policy import RouteDecision
+from app.schemas.common import RouteInfo, SpeculativeUsage, Usage
+
+
+def speculative_usage(run: Run) -> SpeculativeUsage | None:
+    if run.decision.route != "speculative":
+        return None
+    spec = run.spec
+    if spec is None:
+        return SpeculativeUsage(drafts=0, draft_tokens=0, accepted_tokens=0, acceptance_rate=0.0)
+    return SpeculativeUsage(
+        drafts=spec.drafts,
+        draft_tokens=spec.draft_tokens,
+        accepted_tokens=spec.accepted_tokens,
+        acceptance_rate=round(spec.acceptance_rate, 4),
+    )
+
+
+def usage(run: Run) -> Usage:
+    return Usage(
+        prompt_tokens=run.prompt_tokens,
+        completion_tokens=run.completion_tokens,
+        total_tokens=run.prompt_tokens + run.completion_tokens,
+        speculative_decoding=speculative_usage(run),
+    )
+
+
+def route_info(run: Run) -> RouteInfo:
+    decision = run.decision
+    return RouteInfo(
+        route=decision.route,
+        workload_class=decision.workload_class.value,
+        reason=decision.reason,
+        speculative_decoding=speculative_usage(run),
+    )
+
+
+def route_headers(decision: RouteDecision, request_id: str) -> dict[str, str]:
+    return {
+        "x-specgate-route": decision.route,
+        "x-specgate-class": decision.workload_class.value,
+        "x-specgate-reason": decision.reason,
+        "x-request-id": request_id,
+    }
+
+
+def public_finish(reason: FinishReason | None) -> Literal["stop", "length"] | None:
+    # OpenAI knows stop and length. An aborted choice only reaches a client that is still
+    # listening when the server stops it, which reads as a stop.
+    if reason is None:
+        return None
+    return "length" if reason == "length" else "stop"

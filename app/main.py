@@ -1,0 +1,50 @@
+"""The FastAPI app: routers, error handlers, and a lifespan that owns the engines."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+
+from fastapi import FastAPI
+
+from app.api import chat, completions, models, monitoring
+from app.api.handlers import install_error_handlers
+from app.engine.base import Engine
+from app.engine.types import Route
+from app.gateway import Gateway
+from app.metrics import GatewayMetrics
+from app.settings import Settings
+
+
+def create_app(settings: Settings, engines: Mapping[Route, Engine] | None = None) -> FastAPI:
+    """The app. Given `engines` (a fake, in tests), it uses them; otherwise it starts vLLM."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            if engines is None:
+                from app.engine.launch import start_vllm_engines
+
+                running = await start_vllm_engines(settings, stack)
+            else:
+                running = dict(engines)
+            metrics = GatewayMetrics()
+            for route, engine in running.items():
+                metrics.watch_engine(route, engine.unfinished_requests)
+            app.state.gateway = Gateway(settings.model_id, running, metrics)
+            try:
+                yield
+            finally:
+                app.state.gateway = None
+
+    app = FastAPI(
+        title="specgate",
+        summary="OpenAI-compatible gateway that routes each request to a speculative or a "
+        "plain vLLM engine.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    for module in (chat, completions, models, monitoring):
+        app.include_router(module.router)
+    return app

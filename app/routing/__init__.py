@@ -1,0 +1,1 @@
+"""Choosing an engine per request: workload classification and the routing policy."""

