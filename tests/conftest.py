@@ -1,0 +1,47 @@
+"""Fast tests: the HTTP layer over the fake engine, in-process (httpx ASGITransport)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+
+import httpx
+import pytest
+
+from app.engine.fake import FakeEngine
+from app.main import create_app
+from app.settings import Settings
+
+MODEL = "SmolLM2-135M-Instruct"
+
+ClientFactory = Callable[..., Awaitable[tuple[httpx.AsyncClient, dict[str, FakeEngine]]]]
+
+
+@pytest.fixture
+async def make_client() -> AsyncIterator[ClientFactory]:
+    """Build an app over fake engines and a client for it; lifespan entered and exited."""
+    async with AsyncExitStack() as stack:
+
+        async def factory(
+            **engine_options: float,
+        ) -> tuple[httpx.AsyncClient, dict[str, FakeEngine]]:
+            engines = {
+                "speculative": FakeEngine("speculative", **engine_options),  # type: ignore[arg-type]
+                "plain": FakeEngine("plain", **engine_options),  # type: ignore[arg-type]
+            }
+            app = create_app(Settings(), engines)  # type: ignore[arg-type]
+            # ASGITransport does not run the lifespan; enter it ourselves.
+            await stack.enter_async_context(app.router.lifespan_context(app))
+            client = httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://specgate"
+            )
+            await stack.enter_async_context(client)
+            return client, engines
+
+        yield factory
+
+
+@pytest.fixture
+async def client(make_client: ClientFactory) -> httpx.AsyncClient:
+    client, _ = await make_client()
+    return client

@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+from pydantic_settings import CliApp
+
+from app.settings import Settings
+
+SEED_COMMAND = [
+    "--model", "meta-llama/Meta-Llama-3-70B-Instruct",
+    "--speculative-model", "meta-llama/Llama-3.2-1B-Instruct",
+    "--num-speculative-tokens", "5",
+    "--speculative-draft-tensor-parallel-size", "1",
+    "--tensor-parallel-size", "4",
+    "--gpu-memory-utilization", "0.92",
+    "--max-model-len", "8192",
+]  # fmt: skip
+
+
+def parse(args: list[str]) -> Settings:
+    return CliApp.run(Settings, cli_args=args)
+
+
+def test_the_seed_command_line_is_accepted_verbatim() -> None:
+    settings = parse(SEED_COMMAND)
+    assert settings.model == "meta-llama/Meta-Llama-3-70B-Instruct"
+    assert settings.tensor_parallel_size == 4
+    assert settings.max_model_len == 8192
+    assert settings.engine_speculative_config() == {
+        "model": "meta-llama/Llama-3.2-1B-Instruct",
+        "num_speculative_tokens": 5,
+        "draft_tensor_parallel_size": 1,
+    }
+
+
+def test_the_memory_budget_is_split_between_the_engines() -> None:
+    settings = parse(SEED_COMMAND)
+    speculative = settings.engine_memory_fraction(speculative=True)
+    plain = settings.engine_memory_fraction(speculative=False)
+    assert speculative == pytest.approx(0.46)
+    assert speculative + plain == pytest.approx(0.92)
+    skewed = parse([*SEED_COMMAND, "--speculative-memory-share", "0.75"])
+    assert skewed.engine_memory_fraction(speculative=True) == pytest.approx(0.69)
+
+
+def test_without_speculation_flags_the_engine_uses_ngram_prompt_lookup() -> None:
+    config = parse([]).engine_speculative_config()
+    assert config["method"] == "ngram"
+    assert config["num_speculative_tokens"] == 5
+    assert config["prompt_lookup_min"] <= config["prompt_lookup_max"]
+
+
+@pytest.mark.parametrize(
+    "json_config",
+    [
+        '{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", '
+        '"num_speculative_tokens": 4}',
+        '{"method": "mtp", "num_speculative_tokens": 1}',
+        '{"method": "suffix", "num_speculative_tokens": 8}',
+        '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}',
+    ],
+)
+def test_speculative_config_json_passes_any_method_through(json_config: str) -> None:
+    import json
+
+    config = parse(["--speculative-config", json_config]).engine_speculative_config()
+    assert config == json.loads(json_config)
+
+
+def test_flags_merge_into_the_json_config() -> None:
+    settings = parse(
+        ["--speculative-config", '{"method": "eagle"}', "--speculative-model", "some/eagle-head"]
+    )
+    config = settings.engine_speculative_config()
+    assert config == {"method": "eagle", "model": "some/eagle-head", "num_speculative_tokens": 5}
+
+
+def test_a_flag_contradicting_the_json_is_refused() -> None:
+    with pytest.raises(ValidationError, match="num_speculative_tokens"):
+        parse(
+            [
+                "--speculative-config",
+                '{"method": "ngram", "num_speculative_tokens": 3}',
+                "--num-speculative-tokens",
+                "4",
+            ]
+        )
+
+
+def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECGATE_MODEL", "/models/mine")
+    monkeypatch.setenv("SPECGATE_PORT", "9123")
+    monkeypatch.setenv("SPECGATE_SPECULATIVE_CONFIG", '{"method": "suffix"}')
+    settings = Settings()
+    assert settings.model == "/models/mine"
+    assert settings.model_id == "mine"
+    assert settings.port == 9123
+    assert settings.engine_speculative_config()["method"] == "suffix"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--gpu-memory-utilization", "1.5"],
+        ["--num-speculative-tokens", "0"],
+        ["--speculative-memory-share", "1"],
+        ["--port", "70000"],
+    ],
+)
+def test_bad_values_are_refused(args: list[str]) -> None:
+    with pytest.raises((ValidationError, SystemExit)):
+        parse(args)

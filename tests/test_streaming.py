@@ -1,0 +1,117 @@
+"""SSE framing over the fake engine."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from tests.conftest import MODEL, ClientFactory
+
+CHAT = "/v1/chat/completions"
+
+
+async def sse_payloads(response: httpx.Response) -> list[str]:
+    """The data fields, checking each event is exactly one `data:` line and a blank line."""
+    text = (await response.aread()).decode()
+    events = [event for event in text.split("\n\n") if event and not event.startswith(":")]
+    assert text.endswith("\n\n")
+    payloads = []
+    for event in events:
+        assert event.startswith("data: "), event
+        assert "\n" not in event, event
+        payloads.append(event.removeprefix("data: "))
+    return payloads
+
+
+def stream_body(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "alpha beta gamma"}],
+        "max_tokens": 5,
+        "stream": True,
+    }
+    body.update(overrides)
+    return body
+
+
+async def test_chat_stream_framing(client: httpx.AsyncClient) -> None:
+    async with client.stream("POST", CHAT, json=stream_body()) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["x-specgate-route"] == "plain"
+        payloads = await sse_payloads(response)
+    assert payloads[-1] == "[DONE]"
+    chunks = [json.loads(p) for p in payloads[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert len({c["id"] for c in chunks}) == 1
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": " alpha"}
+    assert all("role" not in c["choices"][0]["delta"] for c in chunks[1:])
+    assert "".join(c["choices"][0]["delta"]["content"] for c in chunks) == (
+        " alpha beta gamma alpha beta"
+    )
+    assert [c["choices"][0]["finish_reason"] for c in chunks] == [None] * 4 + ["length"]
+    assert all("usage" not in c for c in chunks)
+    # The end of the stream says which engine served it, and why.
+    assert chunks[-1]["specgate"]["route"] == "plain"
+    assert "specgate" not in chunks[0]
+
+
+async def test_include_usage_adds_a_final_usage_chunk(client: httpx.AsyncClient) -> None:
+    body = stream_body(stream_options={"include_usage": True})
+    async with client.stream("POST", CHAT, json=body, headers={"X-Speculative": "on"}) as resp:
+        chunks = [json.loads(p) for p in (await sse_payloads(resp))[:-1]]
+    assert all(c["usage"] is None for c in chunks[:-1])
+    final = chunks[-1]
+    assert final["choices"] == []
+    assert final["usage"]["prompt_tokens"] == 3
+    assert final["usage"]["completion_tokens"] == 5
+    assert final["usage"]["total_tokens"] == 8
+    assert final["usage"]["speculative_decoding"]["draft_tokens"] == 10
+    assert final["specgate"]["route"] == "speculative"
+
+
+async def test_completion_stream(client: httpx.AsyncClient) -> None:
+    body = {"model": MODEL, "prompt": "x y", "max_tokens": 3, "stream": True}
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        payloads = await sse_payloads(response)
+    chunks = [json.loads(p) for p in payloads[:-1]]
+    assert all(c["object"] == "text_completion" for c in chunks)
+    assert "".join(c["choices"][0]["text"] for c in chunks) == " x y x"
+
+
+async def test_errors_before_the_stream_are_http_errors(client: httpx.AsyncClient) -> None:
+    async with client.stream("POST", CHAT, json=stream_body(max_tokens=10**6)) as response:
+        assert response.status_code == 400
+        error = json.loads(await response.aread())["error"]
+    assert error["code"] == "context_length_exceeded"
+
+
+async def test_an_engine_failure_mid_stream_is_an_error_event_then_done(
+    make_client: ClientFactory,
+) -> None:
+    client, engines = await make_client()
+    body = stream_body(messages=[{"role": "user", "content": "a <fail-midstream> b"}])
+    async with client.stream("POST", CHAT, json=body) as response:
+        assert response.status_code == 200
+        payloads = await sse_payloads(response)
+    assert payloads[-1] == "[DONE]"
+    error = json.loads(payloads[-2])["error"]
+    assert error["type"] == "server_error"
+    assert error["code"] == "engine_error"
+    assert engines["plain"].unfinished_requests() == 0
+    metrics = (await client.get("/metrics")).text
+    assert 'specgate_requests_total{endpoint="chat",engine="plain",outcome="error"} 1.0' in metrics
+
+
+async def test_n_choices_stream_each_index(client: httpx.AsyncClient) -> None:
+    async with client.stream("POST", CHAT, json=stream_body(n=2, max_tokens=2)) as response:
+        chunks = [json.loads(p) for p in (await sse_payloads(response))[:-1]]
+    by_index: dict[int, str] = {}
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            by_index[choice["index"]] = by_index.get(choice["index"], "") + (
+                choice["delta"].get("content") or ""
+            )
+    assert by_index == {0: " alpha beta", 1: " beta gamma"}
