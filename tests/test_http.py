@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import MODEL, ClientFactory
+from tests.conftest import MODEL
 
 CHAT = "/v1/chat/completions"
 
@@ -79,9 +79,8 @@ async def test_n_choices_and_stop(client: httpx.AsyncClient) -> None:
     ],
 )
 async def test_route_follows_the_header(
-    make_client: ClientFactory, header: str, route: str, reason: str
+    client: httpx.AsyncClient, header: str, route: str, reason: str
 ) -> None:
-    client, engines = await make_client()
     response = await client.post(CHAT, json=chat_body(), headers={"X-Speculative": header})
     assert response.headers["x-specgate-route"] == route
     assert response.headers["x-specgate-class"] == "open-ended"
