@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
             log_level=settings.log_level,
             timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
         )
+    except KeyboardInterrupt:
+        # uvicorn re-raises Ctrl-C after its graceful shutdown; that is a normal exit.
+        return 130
     finally:
         _stop_leftover_children()
     return 0

@@ -1,0 +1,53 @@
+"""Real-engine tests: one specgate server on the embedded default, shared by this package."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from openai import AsyncOpenAI, OpenAI
+
+from app.embedded_model import MODEL_NAME
+from app.settings import Settings
+from tests.engine.server import ServerProcess
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/engine/" in str(item.path).replace("\\", "/"):
+            item.add_marker(pytest.mark.engine)
+
+
+# Package scope: the server stops when tests/engine ends, before tests/draft_model starts
+# its own (two at once do not fit in these machines' memory).
+@pytest.fixture(scope="package")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    log = tmp_path_factory.mktemp("server") / "specgate.log"
+    process = ServerProcess([], log)
+    process.wait_ready()
+    print(f"\nspecgate ready in {process.startup_seconds:.1f} s (log: {log})")
+    yield process
+    survivors = process.stop(signal.SIGTERM)
+    # uvicorn re-raises the signal after a graceful shutdown: -SIGTERM is a clean exit.
+    assert process.process.returncode in (0, -signal.SIGTERM), process.log_tail()
+    assert "Application shutdown complete" in process.log_tail()
+    assert not survivors, f"engine processes outlived SIGTERM: {survivors}"
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    return Settings().cache_dir / "models" / MODEL_NAME
+
+
+@pytest.fixture
+def sync_client(server: ServerProcess) -> OpenAI:
+    return OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+@pytest.fixture
+def async_client(server: ServerProcess) -> AsyncOpenAI:
+    return AsyncOpenAI(
+        base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=300
+    )

@@ -1,0 +1,92 @@
+"""A real specgate server process (`python -m app`), as users start it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+START_TIMEOUT_SECONDS = 900
+STOP_TIMEOUT_SECONDS = 60
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    def __init__(self, args: list[str], log_path: Path) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self._log = log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "app", "--port", str(self.port), *args],
+            cwd=REPO,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.startup_seconds = 0.0
+
+    def wait_ready(self) -> None:
+        started = time.monotonic()
+        while time.monotonic() - started < START_TIMEOUT_SECONDS:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited during start-up:\n{self.log_tail()}")
+            try:
+                if httpx.get(f"{self.base_url}/health", timeout=2).status_code == 200:
+                    self.startup_seconds = time.monotonic() - started
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(1)
+        self.stop(signal.SIGKILL)
+        raise RuntimeError(f"server not ready in {START_TIMEOUT_SECONDS} s:\n{self.log_tail()}")
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> list[psutil.Process]:
+        """Send `sig`, wait for exit, and return the descendants still alive afterwards."""
+        children = self.descendants()
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            self.process.wait(STOP_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._log.close()
+        # Give exiting children a moment to be reaped; survivors are what the caller checks.
+        _, alive = psutil.wait_procs(children, timeout=10)
+        for child in alive:
+            child.kill()
+        return alive
+
+    def log_tail(self, lines: int = 60) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def metric(self, name: str, **labels: str) -> float:
+        """One sample from /metrics; 0 for a labelled series not yet created."""
+        text = httpx.get(f"{self.base_url}/metrics", timeout=10).text
+        label_text = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
+        pattern = rf"^{re.escape(name)}\{{{re.escape(label_text)}\}} (\S+)$"
+        match = re.search(pattern, text, re.MULTILINE)
+        return float(match.group(1)) if match else 0.0

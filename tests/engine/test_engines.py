@@ -1,0 +1,101 @@
+"""Routing, acceptance and metrics on the real speculative and plain engines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from openai import OpenAI
+
+from app.embedded_model import prepare_embedded_model
+from tests.engine.prompts import CODE, JSON_CONTINUATION, MODEL
+from tests.engine.server import ServerProcess
+
+
+@pytest.mark.parametrize(
+    ("header", "route"), [("on", "speculative"), ("off", "plain"), ("auto", "plain")]
+)
+def test_route_headers_follow_x_speculative(sync_client: OpenAI, header: str, route: str) -> None:
+    raw = sync_client.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Write a poem about autumn."}],
+        max_tokens=4,
+        extra_headers={"X-Speculative": header},
+    )
+    assert raw.headers["x-specgate-route"] == route
+    assert raw.headers["x-specgate-class"] == "open-ended"
+    completion = raw.parse()
+    info = completion.model_extra["specgate"]  # type: ignore[index]
+    assert info["route"] == route
+
+
+def test_auto_sends_a_json_continuation_to_the_speculative_engine(sync_client: OpenAI) -> None:
+    raw = sync_client.completions.with_raw_response.create(
+        model=MODEL, prompt=JSON_CONTINUATION, max_tokens=4, temperature=0
+    )
+    assert raw.headers["x-specgate-class"] == "structured"
+    assert raw.headers["x-specgate-route"] == "speculative"
+
+
+@pytest.mark.parametrize("kind", ["chat", "completion"])
+def test_both_engines_return_the_same_greedy_text(sync_client: OpenAI, kind: str) -> None:
+    def run(header: str) -> str:
+        if kind == "chat":
+            chat = sync_client.chat.completions.create(
+                model=MODEL, messages=CODE, max_tokens=48, temperature=0,  # type: ignore[arg-type]
+                extra_headers={"X-Speculative": header},
+            )  # fmt: skip
+            return chat.choices[0].message.content or ""
+        text = sync_client.completions.create(
+            model=MODEL, prompt=JSON_CONTINUATION, max_tokens=48, temperature=0,
+            extra_headers={"X-Speculative": header},
+        )  # fmt: skip
+        return text.choices[0].text
+
+    speculative, plain = run("on"), run("off")
+    assert speculative and speculative == plain
+
+
+def test_the_speculative_engine_reports_acceptance(
+    sync_client: OpenAI, server: ServerProcess
+) -> None:
+    counters = {
+        "drafts": "specgate_spec_decode_drafts_total",
+        "draft_tokens": "specgate_spec_decode_draft_tokens_total",
+        "accepted_tokens": "specgate_spec_decode_accepted_tokens_total",
+    }
+    before = {key: server.metric(name, engine="speculative") for key, name in counters.items()}
+    completion = sync_client.completions.create(
+        model=MODEL, prompt=JSON_CONTINUATION, max_tokens=48, temperature=0,
+        extra_headers={"X-Speculative": "on"},
+    )  # fmt: skip
+    assert completion.usage is not None
+    spec = completion.usage.model_extra["speculative_decoding"]  # type: ignore[index]
+    assert spec["draft_tokens"] > 0
+    assert 0 < spec["accepted_tokens"] <= spec["draft_tokens"]
+    assert spec["acceptance_rate"] == pytest.approx(
+        spec["accepted_tokens"] / spec["draft_tokens"], abs=1e-4
+    )
+    # Drafting a copy of the prompt should mostly succeed.
+    assert spec["acceptance_rate"] > 0.3
+    for key, name in counters.items():
+        assert server.metric(name, engine="speculative") - before[key] == spec[key]
+
+
+def test_metrics_count_requests_and_latency_by_engine(server: ServerProcess) -> None:
+    ok = server.metric("specgate_requests_total", endpoint="chat", engine="plain", outcome="ok")
+    assert ok > 0
+    for engine in ("speculative", "plain"):
+        latency = "specgate_request_duration_seconds_count"
+        assert server.metric(latency, endpoint="completions", engine=engine) > 0
+        assert server.metric("specgate_engine_unfinished_requests", engine=engine) == 0
+
+
+def test_the_embedded_model_cache_is_reused(model_dir: Path, server: ServerProcess) -> None:
+    def must_not_convert(gguf: Path, out: Path) -> None:
+        raise AssertionError("the cache was valid; it must not be converted again")
+
+    assert prepare_embedded_model(model_dir.parent, must_not_convert) == model_dir
+    assert "embedded model: using cache" in server.log_path.read_text() or (
+        "embedded model: ready" in server.log_path.read_text()
+    )
