@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 
@@ -29,23 +30,36 @@ def main(argv: list[str] | None = None) -> int:
             timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
         )
     except KeyboardInterrupt:
-        # uvicorn re-raises Ctrl-C after its graceful shutdown; that is a normal exit.
-        return 130
+        return 130  # a second Ctrl-C, during start-up or shutdown
     finally:
         _stop_leftover_children()
+        # Collect the stopped engines now, while the modules their finalizers use still exist.
+        gc.collect()
     return 0
 
 
 def _stop_leftover_children() -> None:
     # The lifespan shuts the engines down; this is the net for paths that skip it (a failed
     # start-up, a forced second Ctrl-C). vLLM's engine cores must not outlive the gateway.
-    children = psutil.Process().children(recursive=True)
+    # multiprocessing's resource tracker ignores SIGTERM by design and exits with us.
+    children = [
+        child
+        for child in psutil.Process().children(recursive=True)
+        if "resource_tracker" not in _command_line(child)
+    ]
     for child in children:
         child.terminate()
     _, alive = psutil.wait_procs(children, timeout=10)
     for child in alive:
         logger.warning("killing engine process %s that ignored SIGTERM", child.pid)
         child.kill()
+
+
+def _command_line(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:  # gone already, or not ours to read
+        return ""
 
 
 if __name__ == "__main__":

@@ -6,16 +6,16 @@ import time
 import uuid
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse, Response
-from sse_starlette import EventSourceResponse
+from fastapi.responses import Response
 
+from app.api.respond import respond
 from app.api.sampling import sampling_options
 from app.deps import GatewayDep, SpeculativeHeader
 from app.engine.types import ChatMessage
 from app.formatting import public_finish, route_headers, route_info, usage
+from app.generation import Run
 from app.schemas.chat import AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionRequest
-from app.schemas.common import dump
-from app.streaming import chat_chunk_makers, sse_events
+from app.streaming import chat_chunk_makers
 
 router = APIRouter()
 
@@ -26,38 +26,41 @@ async def create_chat_completion(
 ) -> Response:
     """Create a chat completion, streamed over SSE when `stream` is true."""
     gateway.check_model(body.model)
-    messages: list[ChatMessage] = [{"role": m.role, "content": m.text()} for m in body.messages]
-    options = sampling_options(body, body.token_limit(), body.json_schema())
+    messages: list[ChatMessage] = [
+        # "developer" is OpenAI's newer name for "system"; chat templates know only the latter.
+        {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+        for m in body.messages
+    ]
+    json_schema = body.json_schema()
+    options = sampling_options(body, body.token_limit(), json_schema)
     prompt_text = "\n".join(message["content"] for message in messages)
-    decision = gateway.decide(
-        x_speculative, prompt_text, body.json_schema() is not None, options.temperature
-    )
+    decision = gateway.decide(x_speculative, prompt_text, json_schema is not None, body.temperature)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    run = await gateway.start(decision, completion_id, messages, options, "chat")
-    headers = route_headers(decision, completion_id)
     created = int(time.time())
+    run = await gateway.start(decision, completion_id, messages, options, "chat")
 
-    if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        chunk, usage_chunk = chat_chunk_makers(completion_id, created, gateway.model_id)
-        return EventSourceResponse(
-            sse_events(run, chunk, usage_chunk, include_usage), headers=headers, sep="\n"
+    def build_response(run: Run) -> ChatCompletion:
+        return ChatCompletion(
+            id=completion_id,
+            created=created,
+            model=gateway.model_id,
+            choices=[
+                ChatChoice(
+                    index=index,
+                    message=AssistantMessage(content=choice.text),
+                    finish_reason=public_finish(choice.finish_reason) or "stop",
+                )
+                for index, choice in sorted(run.choices.items())
+            ],
+            usage=usage(run),
+            specgate=route_info(run),
         )
 
-    await run.collect()
-    completion = ChatCompletion(
-        id=completion_id,
-        created=created,
-        model=gateway.model_id,
-        choices=[
-            ChatChoice(
-                index=index,
-                message=AssistantMessage(content=choice.text),
-                finish_reason=public_finish(choice.finish_reason) or "stop",
-            )
-            for index, choice in sorted(run.choices.items())
-        ],
-        usage=usage(run),
-        specgate=route_info(run),
+    return await respond(
+        run,
+        stream=body.stream,
+        stream_options=body.stream_options,
+        chunk_makers=chat_chunk_makers(completion_id, created, gateway.model_id),
+        build_response=build_response,
+        headers=route_headers(decision, completion_id),
     )
-    return JSONResponse(dump(completion), headers=headers)

@@ -6,16 +6,16 @@ import time
 import uuid
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse, Response
-from sse_starlette import EventSourceResponse
+from fastapi.responses import Response
 
+from app.api.respond import respond
 from app.api.sampling import sampling_options
 from app.deps import GatewayDep, SpeculativeHeader
 from app.errors import InvalidRequestError
 from app.formatting import public_finish, route_headers, route_info, usage
-from app.schemas.common import dump
+from app.generation import Run
 from app.schemas.completions import Completion, CompletionChoice, CompletionRequest
-from app.streaming import completion_chunk_makers, sse_events
+from app.streaming import completion_chunk_makers
 
 router = APIRouter()
 
@@ -32,33 +32,33 @@ async def create_completion(
         raise InvalidRequestError(str(exc), param="prompt") from exc
     options = sampling_options(body, body.max_tokens, None)
     prompt_text = prompt if isinstance(prompt, str) else ""
-    decision = gateway.decide(x_speculative, prompt_text, False, options.temperature)
+    decision = gateway.decide(x_speculative, prompt_text, False, body.temperature)
     completion_id = f"cmpl-{uuid.uuid4().hex}"
-    run = await gateway.start(decision, completion_id, prompt, options, "completions")
-    headers = route_headers(decision, completion_id)
     created = int(time.time())
+    run = await gateway.start(decision, completion_id, prompt, options, "completions")
 
-    if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        chunk, usage_chunk = completion_chunk_makers(completion_id, created, gateway.model_id)
-        return EventSourceResponse(
-            sse_events(run, chunk, usage_chunk, include_usage), headers=headers, sep="\n"
+    def build_response(run: Run) -> Completion:
+        return Completion(
+            id=completion_id,
+            created=created,
+            model=gateway.model_id,
+            choices=[
+                CompletionChoice(
+                    index=index,
+                    text=choice.text,
+                    finish_reason=public_finish(choice.finish_reason) or "stop",
+                )
+                for index, choice in sorted(run.choices.items())
+            ],
+            usage=usage(run),
+            specgate=route_info(run),
         )
 
-    await run.collect()
-    completion = Completion(
-        id=completion_id,
-        created=created,
-        model=gateway.model_id,
-        choices=[
-            CompletionChoice(
-                index=index,
-                text=choice.text,
-                finish_reason=public_finish(choice.finish_reason) or "stop",
-            )
-            for index, choice in sorted(run.choices.items())
-        ],
-        usage=usage(run),
-        specgate=route_info(run),
+    return await respond(
+        run,
+        stream=body.stream,
+        stream_options=body.stream_options,
+        chunk_makers=completion_chunk_makers(completion_id, created, gateway.model_id),
+        build_response=build_response,
+        headers=route_headers(decision, completion_id),
     )
-    return JSONResponse(dump(completion), headers=headers)
