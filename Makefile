@@ -36,8 +36,8 @@ serve: install
 	$(BIN)/python -m app $(ARGS)
 
 lint: install
-	$(BIN)/ruff check app tests
-	$(BIN)/ruff format --check app tests
+	$(BIN)/ruff check app tests scripts
+	$(BIN)/ruff format --check app tests scripts
 	$(BIN)/mypy
 
 test: install lint

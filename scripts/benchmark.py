@@ -1,7 +1,7 @@
 """Throughput and acceptance per engine, per workload, against a specgate server.
 
-    python scripts/benchmark.py --start            # starts `python -m app`, times start-up too
-    python scripts/benchmark.py --url http://host:8000
+    python -m scripts.benchmark --start            # starts `python -m app`, times start-up too
+    python -m scripts.benchmark --url http://host:8000
 
 Each case runs once to warm up, then `--repeats` times, alternating engines within each
 repeat so drift on a noisy machine hits both alike. Reports medians and the ratio
@@ -23,15 +23,8 @@ from typing import Any
 
 import httpx
 
-MODEL = "SmolLM2-135M-Instruct"
-JSON_CONTINUATION = (
-    "[\n"
-    + "".join(
-        f'  {{"id": {i}, "name": "user{i}", "email": "user{i}@example.com", "active": true}},\n'
-        for i in range(1, 9)
-    )
-    + '  {"id": 9,'
-)
+from tests.engine.prompts import CODE, JSON_CONTINUATION, MODEL
+
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "json continuation (T=0)": (
         "/v1/completions",
@@ -40,12 +33,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "code: prime function (T=0)": (
         "/v1/chat/completions",
         {
-            "messages": [
-                {
-                    "role": "user",
-                    "content": "Write a Python function that checks if a number is prime.",
-                }
-            ],
+            "messages": CODE,
             "temperature": 0,
         },
     ),
