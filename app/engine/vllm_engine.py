@@ -79,7 +79,7 @@ def engine_args(settings: Settings, model_path: str, route: Route) -> AsyncEngin
 class VllmEngine:
     def __init__(self, llm: AsyncLLM, route: Route) -> None:
         self.route: Route = route
-        self._llm = llm
+        self._llm: AsyncLLM | None = llm
         self._tokenizer = llm.get_tokenizer()
         self.max_model_len: int = llm.model_config.max_model_len
 
@@ -94,7 +94,7 @@ class VllmEngine:
         prompt_ids = self._prompt_token_ids(request.prompt)
         self._check_context(len(prompt_ids), request.options.max_tokens)
         params = self._sampling_params(request.options)
-        stream = self._llm.generate(
+        stream = self._running().generate(
             {"prompt_token_ids": prompt_ids}, params, request_id=request.request_id
         )
         try:
@@ -114,17 +114,28 @@ class VllmEngine:
             await stream.aclose()
 
     def unfinished_requests(self) -> int:
-        return self._llm.get_num_unfinished_requests()
+        return 0 if self._llm is None else self._llm.get_num_unfinished_requests()
 
     async def check_health(self) -> None:
         try:
-            await self._llm.check_health()
+            await self._running().check_health()
         except EngineDeadError as exc:
             raise EngineUnavailableError(f"the {self.route} engine has stopped") from exc
 
     async def aclose(self) -> None:
+        if self._llm is None:
+            return
         logger.info("stopping the %s engine", self.route)
-        self._llm.shutdown()
+        llm, self._llm = self._llm, None
+        llm.shutdown()
+        # Dropping our reference frees the engine now. Left for interpreter exit, its
+        # finalizer would run shutdown() again after vLLM's modules are torn down.
+        del llm
+
+    def _running(self) -> AsyncLLM:
+        if self._llm is None:
+            raise EngineUnavailableError(f"the {self.route} engine has stopped")
+        return self._llm
 
     def _prompt_token_ids(self, prompt: str | list[int] | list[Any]) -> list[int]:
         if isinstance(prompt, str):
