@@ -1,4 +1,4 @@
-"""The gateway's state for one app: the engines, the served model and metrics."""
+"""The gateway's state for one app: engines, router, learner and metrics, and their wiring."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from app.engine.types import GenerationRequest, Prompt, Route, SamplingOptions
 from app.errors import EngineUnavailableError, ModelNotFoundError
 from app.generation import Endpoint, Run
 from app.metrics import GatewayMetrics
-from app.routing.classify import classify
-from app.routing.policy import RouteDecision, decide, parse_preference
+from app.routing.features import RequestFeatures
+from app.routing.policy import RouteDecision, Router, parse_preference
 
 
 @dataclass
@@ -20,6 +20,7 @@ class Gateway:
     model_id: str
     engines: Mapping[Route, Engine]
     metrics: GatewayMetrics
+    router: Router
     created: int = field(default_factory=lambda: int(time.time()))
 
     def check_model(self, model: str) -> None:
@@ -29,15 +30,13 @@ class Gateway:
                 param="model",
             )
 
-    def decide(
-        self,
-        route_header: str | None,
-        prompt_text: str,
-        wants_json: bool,
-        temperature: float | None,
-    ) -> RouteDecision:
+    def decide(self, route_header: str | None, features: RequestFeatures) -> RouteDecision:
         preference = parse_preference(route_header)
-        return decide(preference, classify(prompt_text, wants_json), temperature)
+        speculative = self.engines.get("speculative")
+        load = speculative.unfinished_requests() if speculative is not None else 0
+        decision = self.router.decide(preference, features, load)
+        self.metrics.record_decision(decision)
+        return decision
 
     async def start(
         self,
@@ -51,4 +50,18 @@ class Gateway:
         if engine is None:
             raise EngineUnavailableError(f"the {decision.route} engine is not running")
         request = GenerationRequest(request_id, prompt, options)
-        return await Run.start(engine, request, decision, endpoint, self.metrics)
+        self.metrics.in_flight.labels(engine=decision.route).inc()
+        return await Run.start(engine, request, decision, endpoint, self._finished)
+
+    def _finished(self, run: Run) -> None:
+        self.metrics.record_run(run)
+        if run.outcome != "ok":
+            return
+        # Only finished requests teach the router: an abort says nothing about speed.
+        decision, learner = run.decision, self.router.learner
+        if run.inter_token_latency is not None:
+            learner.observe_latency(
+                decision.workload_class, decision.route, run.inter_token_latency * 1000
+            )
+        if run.spec is not None:
+            learner.observe_acceptance(decision.workload_class, run.spec)

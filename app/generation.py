@@ -1,17 +1,16 @@
-"""One routed request in flight: primes the engine, keeps the books, records metrics."""
+"""One routed request in flight: primes the engine, keeps the books, reports when done."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from app.engine.base import Engine
 from app.engine.types import FinishReason, GenerationRequest, GenerationStep, SpecDecodeStats
 from app.errors import EngineFailureError, SpecgateError
-from app.metrics import GatewayMetrics
 from app.routing.policy import RouteDecision
 
 logger = logging.getLogger("specgate.generation")
@@ -31,15 +30,16 @@ class ChoiceResult:
 class Run:
     decision: RouteDecision
     endpoint: Endpoint
+    on_finish: Callable[[Run], None]
     prompt_tokens: int = 0
     choices: dict[int, ChoiceResult] = field(default_factory=dict)
     spec: SpecDecodeStats | None = None
+    started_at: float = field(default_factory=time.monotonic)
+    first_token_at: float | None = None
+    finished_at: float | None = None
+    failed: bool = False
     _steps: AsyncIterator[GenerationStep] | None = None
     _first: GenerationStep | None = None
-    _metrics: GatewayMetrics | None = None
-    _started: float = 0.0
-    _first_token_at: float | None = None
-    _outcome: Outcome | None = None
 
     @classmethod
     async def start(
@@ -48,23 +48,23 @@ class Run:
         request: GenerationRequest,
         decision: RouteDecision,
         endpoint: Endpoint,
-        metrics: GatewayMetrics,
+        on_finish: Callable[[Run], None],
     ) -> Run:
         """Submit the request and wait for its first step.
 
         Errors the engine finds in the request surface here, while the caller can still
         answer with an error status instead of a broken stream.
         """
-        run = cls(decision, endpoint, _metrics=metrics, _started=time.monotonic())
+        run = cls(decision, endpoint, on_finish)
         run._steps = engine.generate(request)
-        metrics.in_flight.labels(engine=decision.route).inc()
         try:
             run._first = await anext(run._steps)
         except StopAsyncIteration:
+            run.failed = True
             await run.close()
             raise EngineFailureError("the engine returned no output") from None
         except BaseException:
-            run._outcome = "error"
+            run.failed = True
             await run.close()
             raise
         run._account(run._first)
@@ -75,8 +75,26 @@ class Run:
         return bool(self.choices) and all(c.finish_reason for c in self.choices.values())
 
     @property
+    def outcome(self) -> Outcome:
+        if self.failed:
+            return "error"
+        return "ok" if self.finished else "aborted"
+
+    @property
     def completion_tokens(self) -> int:
         return sum(choice.tokens for choice in self.choices.values())
+
+    @property
+    def time_to_first_token(self) -> float | None:
+        return None if self.first_token_at is None else self.first_token_at - self.started_at
+
+    @property
+    def inter_token_latency(self) -> float | None:
+        """Mean seconds per token after the first, per choice: what speculation changes."""
+        later_tokens = self.completion_tokens - len(self.choices)
+        if self.first_token_at is None or self.finished_at is None or later_tokens <= 0:
+            return None
+        return (self.finished_at - self.first_token_at) * len(self.choices) / later_tokens
 
     async def steps(self) -> AsyncIterator[GenerationStep]:
         """Every step, the primed first one included; accounting is already applied."""
@@ -89,10 +107,10 @@ class Run:
                 self._account(step)
                 yield step
         except SpecgateError:
-            self._outcome = "error"
+            self.failed = True
             raise
         except Exception as exc:
-            self._outcome = "error"
+            self.failed = True
             logger.exception("generation failed")
             raise EngineFailureError(f"generation failed: {exc}") from exc
 
@@ -104,12 +122,13 @@ class Run:
             await self.close()
 
     async def close(self) -> None:
-        """Release the request: aborts it in the engine if it has not finished."""
+        """Release the request (aborting it in the engine if unfinished) and report it."""
         if self._steps is None:
             return
         steps, self._steps = self._steps, None
         await steps.aclose()  # type: ignore[attr-defined]
-        self._record()
+        self.finished_at = time.monotonic()
+        self.on_finish(self)
 
     def _account(self, step: GenerationStep) -> None:
         self.prompt_tokens = step.prompt_tokens
@@ -117,30 +136,9 @@ class Run:
             choice = self.choices.setdefault(delta.index, ChoiceResult())
             choice.text += delta.text
             choice.tokens += delta.new_tokens
-            if delta.new_tokens and self._first_token_at is None:
-                self._first_token_at = time.monotonic()
+            if delta.new_tokens and self.first_token_at is None:
+                self.first_token_at = time.monotonic()
             if delta.finish_reason is not None:
                 choice.finish_reason = delta.finish_reason
             if delta.spec is not None:
                 self.spec = delta.spec if self.spec is None else self.spec + delta.spec
-
-    def _record(self) -> None:
-        metrics = self._metrics
-        if metrics is None:
-            return
-        route = self.decision.route
-        outcome: Outcome = self._outcome or ("ok" if self.finished else "aborted")
-        metrics.in_flight.labels(engine=route).dec()
-        metrics.requests.labels(engine=route, endpoint=self.endpoint, outcome=outcome).inc()
-        if outcome == "error":
-            return
-        now = time.monotonic()
-        metrics.latency.labels(engine=route, endpoint=self.endpoint).observe(now - self._started)
-        if self._first_token_at is not None:
-            metrics.time_to_first_token.labels(engine=route, endpoint=self.endpoint).observe(
-                self._first_token_at - self._started
-            )
-        metrics.prompt_tokens.labels(engine=route).inc(self.prompt_tokens)
-        metrics.completion_tokens.labels(engine=route).inc(self.completion_tokens)
-        if self.spec is not None:
-            metrics.record_spec(route, self.spec)

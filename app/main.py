@@ -7,13 +7,27 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import chat, completions, models, monitoring
+from app.api import chat, completions, models, monitoring, routing
 from app.api.handlers import install_error_handlers
 from app.engine.base import Engine
 from app.engine.types import Route
 from app.gateway import Gateway
 from app.metrics import GatewayMetrics
+from app.routing.classify import WorkloadClass
+from app.routing.learner import Learner
+from app.routing.policy import Router, RoutingRules
 from app.settings import Settings
+
+
+def build_router(settings: Settings) -> Router:
+    rules = RoutingRules(
+        pins={WorkloadClass(name): route for name, route in settings.routing_pins.items()},
+        exploration=settings.routing_exploration,
+        max_speculative_temperature=settings.routing_max_speculative_temperature,
+        max_speculative_load=settings.routing_max_speculative_load,
+        min_acceptance=settings.routing_min_acceptance,
+    )
+    return Router(rules, Learner())
 
 
 def create_app(settings: Settings, engines: Mapping[Route, Engine] | None = None) -> FastAPI:
@@ -31,7 +45,7 @@ def create_app(settings: Settings, engines: Mapping[Route, Engine] | None = None
             metrics = GatewayMetrics()
             for route, engine in running.items():
                 metrics.watch_engine(route, engine.unfinished_requests)
-            app.state.gateway = Gateway(settings.model_id, running, metrics)
+            app.state.gateway = Gateway(settings.model_id, running, metrics, build_router(settings))
             try:
                 yield
             finally:
@@ -45,6 +59,6 @@ def create_app(settings: Settings, engines: Mapping[Route, Engine] | None = None
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    for module in (chat, completions, models, monitoring):
+    for module in (chat, completions, models, monitoring, routing):
         app.include_router(module.router)
     return app

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from app.engine.types import Route, SpecDecodeStats
 
+if TYPE_CHECKING:
+    from app.generation import Run
+    from app.routing.policy import RouteDecision
+
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_TOKEN_LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1)
+_RATE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+_LENGTH_BUCKETS = (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8)
 
 
 class GatewayMetrics:
@@ -17,8 +25,8 @@ class GatewayMetrics:
         r = self.registry
         self.requests = Counter(
             "specgate_requests",
-            "Requests answered, by engine, endpoint and outcome.",
-            ["engine", "endpoint", "outcome"],
+            "Requests answered, by engine, workload class, endpoint and outcome.",
+            ["engine", "workload_class", "endpoint", "outcome"],
             registry=r,
         )
         self.latency = Histogram(
@@ -33,6 +41,34 @@ class GatewayMetrics:
             "Time from routing to the first generated token, by engine.",
             ["engine", "endpoint"],
             buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.inter_token_latency = Histogram(
+            "specgate_inter_token_latency_seconds",
+            "Mean time per generated token after the first, per request, by engine.",
+            ["engine"],
+            buckets=_TOKEN_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.decisions = Counter(
+            "specgate_routing_decisions",
+            "Routing decisions by workload class, chosen engine and basis (header, pinned, "
+            "temperature, load, acceptance, learned, explore).",
+            ["workload_class", "engine", "basis"],
+            registry=r,
+        )
+        self.acceptance_rate = Histogram(
+            "specgate_acceptance_rate",
+            "Per-request draft acceptance rate on the speculative engine, by workload class.",
+            ["workload_class"],
+            buckets=_RATE_BUCKETS,
+            registry=r,
+        )
+        self.accepted_length = Histogram(
+            "specgate_mean_accepted_length",
+            "Per-request tokens emitted per verification step (accepted drafts + 1), by class.",
+            ["workload_class"],
+            buckets=_LENGTH_BUCKETS,
             registry=r,
         )
         self.prompt_tokens = Counter(
@@ -73,10 +109,44 @@ class GatewayMetrics:
             for counter in (self.spec_drafts, self.spec_draft_tokens, self.spec_accepted_tokens):
                 counter.labels(engine=route)
 
-    def record_spec(self, route: Route, stats: SpecDecodeStats) -> None:
+    def record_decision(self, decision: RouteDecision) -> None:
+        self.decisions.labels(
+            workload_class=decision.workload_class.value,
+            engine=decision.route,
+            basis=decision.basis,
+        ).inc()
+
+    def record_run(self, run: Run) -> None:
+        route, workload = run.decision.route, run.decision.workload_class.value
+        self.in_flight.labels(engine=route).dec()
+        self.requests.labels(
+            engine=route, workload_class=workload, endpoint=run.endpoint, outcome=run.outcome
+        ).inc()
+        if run.outcome == "error" or run.finished_at is None:
+            return
+        self.latency.labels(engine=route, endpoint=run.endpoint).observe(
+            run.finished_at - run.started_at
+        )
+        if run.time_to_first_token is not None:
+            self.time_to_first_token.labels(engine=route, endpoint=run.endpoint).observe(
+                run.time_to_first_token
+            )
+        if run.inter_token_latency is not None:
+            self.inter_token_latency.labels(engine=route).observe(run.inter_token_latency)
+        self.prompt_tokens.labels(engine=route).inc(run.prompt_tokens)
+        self.completion_tokens.labels(engine=route).inc(run.completion_tokens)
+        if run.spec is not None:
+            self._record_spec(route, workload, run.spec)
+
+    def _record_spec(self, route: Route, workload: str, stats: SpecDecodeStats) -> None:
         self.spec_drafts.labels(engine=route).inc(stats.drafts)
         self.spec_draft_tokens.labels(engine=route).inc(stats.draft_tokens)
         self.spec_accepted_tokens.labels(engine=route).inc(stats.accepted_tokens)
+        if stats.draft_tokens:
+            self.acceptance_rate.labels(workload_class=workload).observe(stats.acceptance_rate)
+            self.accepted_length.labels(workload_class=workload).observe(
+                1 + stats.accepted_tokens / max(stats.drafts, 1)
+            )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

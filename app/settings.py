@@ -97,6 +97,36 @@ class Settings(BaseSettings):
         None, description="Skip torch.compile and graphs. Default: on for CPUs, off for GPUs."
     )
 
+    # -- routing (X-Speculative: auto) ---------------------------------------------------------
+    routing_exploration: float = Field(
+        0.05,
+        ge=0,
+        le=0.5,
+        description="Share of auto-routed requests sent to the other engine, so that a badly "
+        "routed class can recover. 0 makes routing deterministic.",
+    )
+    routing_pins: dict[str, Literal["speculative", "plain"]] = Field(
+        default_factory=dict,
+        description='Classes pinned to an engine, as JSON: {"open-ended": "plain"}. Classes: '
+        "structured, code-edit, code, rewrite, open-ended.",
+    )
+    routing_max_speculative_temperature: float | None = Field(
+        None, ge=0, description="Above this temperature, auto never speculates. Default: no limit."
+    )
+    routing_max_speculative_load: int | None = Field(
+        4,
+        gt=0,
+        description="When the speculative engine already holds this many requests, auto sends "
+        "new ones to the plain engine: under load, drafting stops paying.",
+    )
+    routing_min_acceptance: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="A class whose rolling draft acceptance falls below this is not speculated "
+        "(except to explore).",
+    )
+
     # -- serving ---------------------------------------------------------------------------------
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(8000, ge=0, lt=65536, description="Port to listen on.")
@@ -110,8 +140,16 @@ class Settings(BaseSettings):
     )
 
     @model_validator(mode="after")
-    def _speculative_config_is_buildable(self) -> Settings:
+    def _check(self) -> Settings:
         self.engine_speculative_config()
+        from app.routing.classify import WorkloadClass
+
+        known = {workload.value for workload in WorkloadClass}
+        unknown = set(self.routing_pins) - known
+        if unknown:
+            raise ValueError(
+                f"routing_pins names unknown classes {sorted(unknown)}; known: {sorted(known)}"
+            )
         return self
 
     @property

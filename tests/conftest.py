@@ -29,7 +29,7 @@ async def make_client() -> AsyncIterator[ClientFactory]:
                 "speculative": FakeEngine("speculative", **engine_options),  # type: ignore[arg-type]
                 "plain": FakeEngine("plain", **engine_options),  # type: ignore[arg-type]
             }
-            app = create_app(Settings(), engines)  # type: ignore[arg-type]
+            app = create_app(Settings(routing_exploration=0), engines)  # type: ignore[arg-type]
             # ASGITransport does not run the lifespan; enter it ourselves.
             await stack.enter_async_context(app.router.lifespan_context(app))
             client = httpx.AsyncClient(

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from tests.conftest import MODEL
+from tests.metrics_text import sample
 
 CHAT = "/v1/chat/completions"
 
@@ -88,8 +89,11 @@ async def test_route_follows_the_header(
     info = response.json()["specgate"]
     assert info["route"] == route and info["reason"] == reason
     metrics = (await client.get("/metrics")).text
+    labels = {"engine": route, "workload_class": "open-ended", "endpoint": "chat"}
+    assert sample(metrics, "specgate_requests_total", **labels, outcome="ok") == 1
+    decisions = "specgate_routing_decisions_total"
     assert (
-        f'specgate_requests_total{{endpoint="chat",engine="{route}",outcome="ok"}} 1.0' in metrics
+        sample(metrics, decisions, workload_class="open-ended", engine=route, basis="header") == 1
     )
 
 
@@ -110,12 +114,17 @@ async def test_speculative_responses_carry_acceptance_in_usage(client: httpx.Asy
 async def test_metrics_count_speculative_tokens(client: httpx.AsyncClient) -> None:
     await client.post(CHAT, json=chat_body(), headers={"X-Speculative": "on"})
     metrics = (await client.get("/metrics")).text
-    assert 'specgate_spec_decode_draft_tokens_total{engine="speculative"} 8.0' in metrics
-    assert 'specgate_spec_decode_accepted_tokens_total{engine="speculative"} 4.0' in metrics
-    assert 'specgate_spec_decode_drafts_total{engine="speculative"} 4.0' in metrics
-    assert 'specgate_request_duration_seconds_count{endpoint="chat",engine="speculative"} 1.0' in (
-        metrics
-    )
+    assert sample(metrics, "specgate_spec_decode_draft_tokens_total", engine="speculative") == 8
+    assert sample(metrics, "specgate_spec_decode_accepted_tokens_total", engine="speculative") == 4
+    assert sample(metrics, "specgate_spec_decode_drafts_total", engine="speculative") == 4
+    latency = "specgate_request_duration_seconds_count"
+    assert sample(metrics, latency, endpoint="chat", engine="speculative") == 1
+    # By class: the fake accepts half its drafts, one bonus token per step.
+    rates = "specgate_acceptance_rate_sum"
+    assert sample(metrics, rates, workload_class="open-ended") == 0.5
+    lengths = "specgate_mean_accepted_length_sum"
+    assert sample(metrics, lengths, workload_class="open-ended") == 2.0
+    assert sample(metrics, "specgate_inter_token_latency_seconds_count", engine="speculative") == 1
 
 
 async def test_models_and_health(client: httpx.AsyncClient) -> None:
@@ -204,3 +213,17 @@ async def test_token_id_prompts(client: httpx.AsyncClient) -> None:
     )
     assert response.status_code == 200
     assert response.json()["usage"]["prompt_tokens"] == 3
+
+
+async def test_routing_state_shows_rules_and_what_was_learned(client: httpx.AsyncClient) -> None:
+    before = (await client.get("/v1/routing")).json()
+    assert before["rules"]["exploration"] == 0
+    structured = before["classes"]["structured"]
+    assert structured["expected_speedup"] > 1  # the CPU priors
+    assert structured["speculative_samples"] == 0
+    body = chat_body(response_format={"type": "json_object"})
+    await client.post(CHAT, json=body, headers={"X-Speculative": "on"})
+    after = (await client.get("/v1/routing")).json()["classes"]["structured"]
+    assert after["speculative_samples"] == 1
+    assert after["acceptance_samples"] == 1
+    assert after["acceptance_rate"] == 0.5

@@ -1,49 +1,147 @@
+"""The classifier on labelled examples, and the policy on controlled inputs."""
+
 from __future__ import annotations
+
+import random
 
 import pytest
 
+from app.engine.types import SpecDecodeStats
 from app.errors import InvalidRequestError
 from app.routing.classify import WorkloadClass, classify
-from app.routing.policy import decide, parse_preference
+from app.routing.features import extract_features
+from app.routing.learner import Average, Learner
+from app.routing.policy import Router, RoutingRules, parse_preference
 
-LONG_TEXT = "The quick brown fox jumps over the lazy dog. " * 6
+PASSAGE = (
+    "Our team met on Tuesday to discuss the migration. Alice said the database move "
+    "would take two weeks, while Bob thought it could be done in five days if the "
+    "schema stayed the same. Everyone agreed to revisit the plan after the audit. "
+)
+CODE_BLOCK = (
+    "def total(items):\n    result = 0\n    for item in items:\n"
+    "        result += item.price\n    return result\n"
+)
+JSON_RECORDS = "".join(f'{{"id": {i}, "name": "user{i}", "active": true}},\n' for i in range(6))
 
 
 @pytest.mark.parametrize(
     ("prompt", "wants_json", "expected"),
     [
         ("Write a poem about the sea at night.", False, WorkloadClass.OPEN_ENDED),
-        ("Tell me a story about a dragon.", False, WorkloadClass.OPEN_ENDED),
+        ("Tell me a story about a dragon who loves tea.", False, WorkloadClass.OPEN_ENDED),
         ("Write a Python function that checks if a number is prime.", False, WorkloadClass.CODE),
-        ("def add(a, b):\n    return a + b\n", False, WorkloadClass.CODE),
+        ("Write a SQL query that counts orders per customer.", False, WorkloadClass.CODE),
+        (f"Add type hints to this code:\n{CODE_BLOCK}", False, WorkloadClass.CODE_EDIT),
+        (CODE_BLOCK, False, WorkloadClass.CODE_EDIT),
         ("List three colours.", True, WorkloadClass.STRUCTURED),
-        ('Continue: [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}, {"id": 3,', False,
+        (f"Continue this list:\n[\n{JSON_RECORDS}", False, WorkloadClass.STRUCTURED),
+        ("Convert this to YAML: name Ada, age 36, city London.", False,
          WorkloadClass.STRUCTURED),
-        ("Return the answer as JSON.", False, WorkloadClass.STRUCTURED),
-        (f"Rewrite this paragraph more formally: {LONG_TEXT}", False, WorkloadClass.EDIT),
+        (f"Rewrite this paragraph more formally:\n{PASSAGE}", False, WorkloadClass.REWRITE),
+        (f"Extract every name from the text below.\n{PASSAGE}", False, WorkloadClass.REWRITE),
         ("Fix it.", False, WorkloadClass.OPEN_ENDED),
     ],
 )  # fmt: skip
 def test_classify(prompt: str, wants_json: bool, expected: WorkloadClass) -> None:
-    assert classify(prompt, wants_json) is expected
+    assert classify(extract_features(prompt, wants_json=wants_json)) is expected
 
 
-def test_the_header_overrides_the_workload_rule() -> None:
-    assert decide("on", WorkloadClass.OPEN_ENDED, 1.5).route == "speculative"
-    assert decide("off", WorkloadClass.STRUCTURED, 0.0).route == "plain"
+def test_features_measure_repetition_and_compressibility() -> None:
+    repetitive = extract_features(f"[\n{JSON_RECORDS * 3}")
+    fresh = extract_features("Write a surreal poem about a clock that melts into the sea.")
+    assert repetitive.repetition > 0.5 > fresh.repetition
+    assert repetitive.compressibility > 0.5 > fresh.compressibility
+    assert extract_features("x", temperature=None).temperature == 1.0
 
 
-def test_auto_speculates_where_output_copies_the_prompt() -> None:
-    assert decide("auto", WorkloadClass.STRUCTURED, 0.0).route == "speculative"
-    assert decide("auto", WorkloadClass.EDIT, None).route == "speculative"
-    assert decide("auto", WorkloadClass.OPEN_ENDED, 0.0).route == "plain"
-    assert decide("auto", WorkloadClass.CODE, 0.0).route == "plain"
+def router(learner: Learner | None = None, **rules: object) -> Router:
+    return Router(RoutingRules(**rules), learner or Learner(), random.Random(0))  # type: ignore[arg-type]
 
 
-def test_auto_skips_drafting_at_high_temperature() -> None:
-    decision = decide("auto", WorkloadClass.STRUCTURED, 1.3)
-    assert decision.route == "plain"
-    assert "temperature" in decision.reason
+JSON_TASK = extract_features(f"Continue:\n[\n{JSON_RECORDS}", temperature=0)
+POEM = extract_features("Write a poem about autumn.", temperature=1.0)
+
+
+def test_the_header_wins_over_everything() -> None:
+    pinned = router(pins={WorkloadClass.OPEN_ENDED: "plain"}, exploration=1.0)
+    decision = pinned.decide("on", POEM)
+    assert (decision.route, decision.basis) == ("speculative", "header")
+    assert router().decide("off", JSON_TASK).route == "plain"
+
+
+def test_priors_speculate_for_copying_work_only() -> None:
+    fresh = router()
+    structured = fresh.decide("auto", JSON_TASK)
+    assert (structured.route, structured.basis) == ("speculative", "learned")
+    assert structured.expected_speedup is not None and structured.expected_speedup > 1
+    assert fresh.decide("auto", POEM).route == "plain"
+
+
+def test_pins_override_the_learner() -> None:
+    pinned = router(pins={WorkloadClass.STRUCTURED: "plain"})
+    decision = pinned.decide("auto", JSON_TASK)
+    assert (decision.route, decision.basis) == ("plain", "pinned")
+
+
+def test_latency_feedback_flips_a_class() -> None:
+    learner = Learner()
+    routed = router(learner)
+    assert routed.decide("auto", JSON_TASK).route == "speculative"
+    for _ in range(5):  # this server finds drafting slower for structured work
+        learner.observe_latency(WorkloadClass.STRUCTURED, "speculative", 120.0)
+        learner.observe_latency(WorkloadClass.STRUCTURED, "plain", 60.0)
+    decision = routed.decide("auto", JSON_TASK)
+    assert (decision.route, decision.basis) == ("plain", "learned")
+    for _ in range(10):  # and later faster again
+        learner.observe_latency(WorkloadClass.STRUCTURED, "speculative", 20.0)
+    assert routed.decide("auto", JSON_TASK).route == "speculative"
+
+
+def test_low_acceptance_stops_speculation() -> None:
+    learner = Learner()
+    routed = router(learner, min_acceptance=0.2)
+    rejected = SpecDecodeStats(drafts=10, draft_tokens=50, accepted_tokens=2)
+    learner.observe_acceptance(WorkloadClass.STRUCTURED, rejected)
+    learner.observe_acceptance(WorkloadClass.STRUCTURED, rejected)
+    assert routed.decide("auto", JSON_TASK).route == "speculative"  # too few samples yet
+    learner.observe_acceptance(WorkloadClass.STRUCTURED, rejected)
+    decision = routed.decide("auto", JSON_TASK)
+    assert (decision.route, decision.basis) == ("plain", "acceptance")
+    # Steps where nothing was drafted carry no evidence.
+    learner.observe_acceptance(WorkloadClass.CODE, SpecDecodeStats(0, 0, 0))
+    assert learner.acceptance(WorkloadClass.CODE).samples == 0
+
+
+def test_load_on_the_speculative_engine_sends_work_to_plain() -> None:
+    routed = router(max_speculative_load=4)
+    assert routed.decide("auto", JSON_TASK, speculative_load=3).route == "speculative"
+    decision = routed.decide("auto", JSON_TASK, speculative_load=4)
+    assert (decision.route, decision.basis) == ("plain", "load")
+
+
+def test_temperature_ceiling() -> None:
+    hot = extract_features(f"Continue:\n[\n{JSON_RECORDS}", temperature=1.5)
+    decision = router(max_speculative_temperature=1.0).decide("auto", hot)
+    assert (decision.route, decision.basis) == ("plain", "temperature")
+    assert router().decide("auto", hot).route == "speculative"
+
+
+def test_exploration_sends_a_share_the_other_way() -> None:
+    exploring = router(exploration=0.2)
+    bases = [exploring.decide("auto", JSON_TASK).basis for _ in range(2000)]
+    share = bases.count("explore") / len(bases)
+    assert 0.15 < share < 0.25
+    assert all(router().decide("auto", JSON_TASK).basis != "explore" for _ in range(200))
+
+
+def test_averages_trust_early_observations_then_settle() -> None:
+    average = Average(100.0, alpha=0.2)
+    average.observe(50.0)
+    assert average.value == 75.0  # the prior counts as one sample
+    for _ in range(50):
+        average.observe(10.0)
+    assert average.value == pytest.approx(10.0, abs=0.5)
 
 
 @pytest.mark.parametrize("value", [None, "auto", "ON", " off "])

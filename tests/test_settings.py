@@ -105,8 +105,16 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         ["--num-speculative-tokens", "0"],
         ["--speculative-memory-share", "1"],
         ["--port", "70000"],
+        ["--routing-pins", '{"poetry": "plain"}'],
+        ["--routing-pins", '{"code": "sometimes"}'],
+        ["--routing-exploration", "0.9"],
     ],
 )
 def test_bad_values_are_refused(args: list[str]) -> None:
     with pytest.raises((ValidationError, SystemExit)):
         parse(args)
+
+
+def test_routing_pins_name_classes() -> None:
+    settings = parse(["--routing-pins", '{"open-ended": "plain", "structured": "speculative"}'])
+    assert settings.routing_pins == {"open-ended": "plain", "structured": "speculative"}

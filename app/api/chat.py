@@ -14,6 +14,7 @@ from app.deps import GatewayDep, SpeculativeHeader
 from app.engine.types import ChatMessage
 from app.formatting import public_finish, route_headers, route_info, usage
 from app.generation import Run
+from app.routing.features import extract_features
 from app.schemas.chat import AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionRequest
 from app.streaming import chat_chunk_makers
 
@@ -33,8 +34,14 @@ async def create_chat_completion(
     ]
     json_schema = body.json_schema()
     options = sampling_options(body, body.token_limit(), json_schema)
-    prompt_text = "\n".join(message["content"] for message in messages)
-    decision = gateway.decide(x_speculative, prompt_text, json_schema is not None, body.temperature)
+    features = extract_features(
+        "\n".join(message["content"] for message in messages),
+        wants_json=json_schema is not None,
+        temperature=options.temperature,
+        top_p=options.top_p,
+        max_tokens=options.max_tokens,
+    )
+    decision = gateway.decide(x_speculative, features)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     run = await gateway.start(decision, completion_id, messages, options, "chat")

@@ -14,6 +14,7 @@ from app.deps import GatewayDep, SpeculativeHeader
 from app.errors import InvalidRequestError
 from app.formatting import public_finish, route_headers, route_info, usage
 from app.generation import Run
+from app.routing.features import extract_features
 from app.schemas.completions import Completion, CompletionChoice, CompletionRequest
 from app.streaming import completion_chunk_makers
 
@@ -31,8 +32,13 @@ async def create_completion(
     except ValueError as exc:
         raise InvalidRequestError(str(exc), param="prompt") from exc
     options = sampling_options(body, body.max_tokens, None)
-    prompt_text = prompt if isinstance(prompt, str) else ""
-    decision = gateway.decide(x_speculative, prompt_text, False, body.temperature)
+    features = extract_features(
+        prompt if isinstance(prompt, str) else "",
+        temperature=options.temperature,
+        top_p=options.top_p,
+        max_tokens=options.max_tokens,
+    )
+    decision = gateway.decide(x_speculative, features)
     completion_id = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     run = await gateway.start(decision, completion_id, prompt, options, "completions")

@@ -1,49 +1,44 @@
-"""A first, rule-based workload classifier over the prompt text.
+"""Workload classes, from request features.
 
-The classes are about how much of the output is likely to repeat the prompt, because
-that is what prompt-lookup (ngram) drafting can exploit.
+The classes are about how much of the output a prompt-lookup drafter can copy from the
+prompt, because that decides whether speculation pays. Code is split in two: writing new
+code copies little, changing code that the prompt supplies copies a lot.
 """
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
+
+from app.routing.features import RequestFeatures
 
 
 class WorkloadClass(StrEnum):
-    STRUCTURED = "structured"  # JSON, YAML, tables: repetitive keys and punctuation
-    EDIT = "edit"  # rewrite, fix, extract or reformat text given in the prompt
-    CODE = "code"  # write or change code
+    STRUCTURED = "structured"  # JSON, YAML, CSV: repeated keys and punctuation
+    CODE_EDIT = "code-edit"  # change, continue or fix code given in the prompt
+    CODE = "code"  # write new code
+    REWRITE = "rewrite"  # rewrite, extract, continue or reformat a supplied passage
     OPEN_ENDED = "open-ended"  # stories, poems, chat: little to copy
 
 
-_EDIT_WORDS = re.compile(
-    r"\b(rewrite|rephrase|edit|fix|correct|proofread|refactor|reformat|convert|extract|"
-    r"translate|summari[sz]e|continue|complete|rename|update|modify)\b",
-    re.IGNORECASE,
-)
-_CODE_WORDS = re.compile(
-    r"\b(python|javascript|typescript|rust|golang|java|c\+\+|sql|bash|function|class|"
-    r"method|script|regex|code|implement|compile|algorithm)\b",
-    re.IGNORECASE,
-)
-_JSON_WORDS = re.compile(r"\b(json|yaml|csv|xml|schema)\b", re.IGNORECASE)
-_CODE_SYNTAX = re.compile(r"```|\bdef \w+\(|\bfunction \w+\(|[{};]\s*$|=>|::", re.MULTILINE)
-# Text the prompt hands over for the model to work on, long enough to copy from.
-_MIN_MATERIAL_CHARS = 200
+# A prompt with this much text carries material to work on, not just an instruction.
+MATERIAL_CHARS = 200
+# Lines that look like code or data before the prompt counts as carrying some.
+CODE_LINES = 3
+JSON_LINES = 3
 
 
-def classify(prompt_text: str, wants_json: bool = False) -> WorkloadClass:
-    if wants_json or _JSON_WORDS.search(prompt_text) or _looks_like_json(prompt_text):
+def classify(features: RequestFeatures) -> WorkloadClass:
+    carries_code = features.code_lines >= CODE_LINES
+    if features.wants_json or (
+        features.json_lines >= JSON_LINES and features.json_lines >= features.code_lines
+    ):
         return WorkloadClass.STRUCTURED
-    has_material = len(prompt_text) >= _MIN_MATERIAL_CHARS
-    if _EDIT_WORDS.search(prompt_text) and has_material:
-        return WorkloadClass.EDIT
-    if _CODE_WORDS.search(prompt_text) or _CODE_SYNTAX.search(prompt_text):
+    if features.json_words and not carries_code:
+        return WorkloadClass.STRUCTURED
+    if carries_code:
+        return WorkloadClass.CODE_EDIT
+    if features.code_words:
         return WorkloadClass.CODE
+    if features.prompt_chars >= MATERIAL_CHARS and (features.edit_words or features.repetition):
+        return WorkloadClass.REWRITE
     return WorkloadClass.OPEN_ENDED
-
-
-def _looks_like_json(text: str) -> bool:
-    stripped = text.strip()
-    return stripped.count('":') >= 3 or stripped.startswith(("{", "[{"))

@@ -1,29 +1,48 @@
-"""The routing decision: the client's X-Speculative header first, then a workload rule."""
+"""The routing decision for one request.
+
+In order: the client's X-Speculative header, an operator's pinned classes, a temperature
+ceiling, the speculative engine's load, the class's rolling acceptance, and finally the
+learned expected speed-up. A small share of `auto` traffic explores the other engine so
+that a class routed badly can recover.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 from app.engine.types import Route
 from app.errors import InvalidRequestError
-from app.routing.classify import WorkloadClass
+from app.routing.classify import WorkloadClass, classify
+from app.routing.features import RequestFeatures
+from app.routing.learner import Learner
 
 HEADER = "X-Speculative"
 Preference = Literal["on", "off", "auto"]
+# Low-cardinality names of why a route was chosen, for metrics.
+Basis = Literal["header", "pinned", "temperature", "load", "acceptance", "learned", "explore"]
+# Acceptance must have been seen this often before it can veto speculation.
+MIN_ACCEPTANCE_SAMPLES = 3
 
-# Prompt-lookup drafts pay only when the output copies the prompt: measured on CPUs, ngram
-# speculation sped up a JSON continuation and slowed fresh code and poems (README, "Routing").
-SPECULATE_CLASSES = frozenset({WorkloadClass.STRUCTURED, WorkloadClass.EDIT})
-# Above this temperature drafts are mostly rejected whatever the class.
-MAX_SPECULATIVE_TEMPERATURE = 1.0
+
+@dataclass(frozen=True)
+class RoutingRules:
+    pins: Mapping[WorkloadClass, Route] = field(default_factory=dict)
+    exploration: float = 0.0
+    max_speculative_temperature: float | None = None
+    max_speculative_load: int | None = None
+    min_acceptance: float = 0.0
 
 
 @dataclass(frozen=True)
 class RouteDecision:
     route: Route
     workload_class: WorkloadClass
+    basis: Basis
     reason: str
+    expected_speedup: float | None = None
 
 
 def parse_preference(header_value: str | None) -> Preference:
@@ -37,21 +56,66 @@ def parse_preference(header_value: str | None) -> Preference:
     return value  # type: ignore[return-value]
 
 
-def decide(
-    preference: Preference, workload_class: WorkloadClass, temperature: float | None
-) -> RouteDecision:
-    if preference == "on":
-        return RouteDecision("speculative", workload_class, "header: X-Speculative on")
-    if preference == "off":
-        return RouteDecision("plain", workload_class, "header: X-Speculative off")
-    if temperature is not None and temperature > MAX_SPECULATIVE_TEMPERATURE:
+class Router:
+    def __init__(
+        self, rules: RoutingRules, learner: Learner, rng: random.Random | None = None
+    ) -> None:
+        self.rules = rules
+        self.learner = learner
+        self._rng = rng or random.Random()
+
+    def decide(
+        self, preference: Preference, features: RequestFeatures, speculative_load: int = 0
+    ) -> RouteDecision:
+        workload = classify(features)
+        if preference != "auto":
+            route: Route = "speculative" if preference == "on" else "plain"
+            return RouteDecision(route, workload, "header", f"header: {HEADER} {preference}")
+        pinned = self.rules.pins.get(workload)
+        if pinned is not None:
+            return RouteDecision(pinned, workload, "pinned", f"pinned: {workload} -> {pinned}")
+        decision = self._measured(workload, features, speculative_load)
+        if self.rules.exploration and self._rng.random() < self.rules.exploration:
+            other: Route = "plain" if decision.route == "speculative" else "speculative"
+            return RouteDecision(
+                other, workload, "explore", f"explore: trying {other} for {workload}"
+            )
+        return decision
+
+    def _measured(
+        self, workload: WorkloadClass, features: RequestFeatures, speculative_load: int
+    ) -> RouteDecision:
+        rules = self.rules
+        ceiling = rules.max_speculative_temperature
+        if ceiling is not None and features.temperature > ceiling:
+            return RouteDecision(
+                "plain", workload, "temperature", f"temperature {features.temperature} > {ceiling}"
+            )
+        if (
+            rules.max_speculative_load is not None
+            and speculative_load >= rules.max_speculative_load
+        ):
+            return RouteDecision(
+                "plain",
+                workload,
+                "load",
+                f"load: {speculative_load} requests on the speculative engine",
+            )
+        acceptance = self.learner.acceptance(workload)
+        if (
+            acceptance.value is not None
+            and acceptance.samples >= MIN_ACCEPTANCE_SAMPLES
+            and acceptance.value < rules.min_acceptance
+        ):
+            return RouteDecision(
+                "plain",
+                workload,
+                "acceptance",
+                f"acceptance {acceptance.value:.2f} < {rules.min_acceptance} for {workload}",
+            )
+        speedup = self.learner.expected_speedup(workload)
+        route: Route = "speculative" if speedup is not None and speedup > 1 else "plain"
+        shown = "unknown" if speedup is None else f"{speedup:.2f}x"
         return RouteDecision(
-            "plain", workload_class, f"auto: temperature {temperature} makes drafts miss"
+            route, workload, "learned", f"expected speed-up {shown} for {workload}", speedup
         )
-    if workload_class in SPECULATE_CLASSES:
-        return RouteDecision(
-            "speculative", workload_class, f"auto: {workload_class} output copies the prompt"
-        )
-    return RouteDecision(
-        "plain", workload_class, f"auto: {workload_class} output copies little of the prompt"
-    )

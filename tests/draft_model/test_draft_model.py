@@ -34,6 +34,7 @@ def draft_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
             "--num-speculative-tokens", str(DRAFT_TOKENS),
             "--kv-cache-memory-bytes", str(256 * 1024 * 1024),
             "--max-model-len", "2048",
+            "--routing-exploration", "0",
         ],
         tmp_path_factory.mktemp("draft-server") / "specgate.log",
     )  # fmt: skip

@@ -25,7 +25,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="package")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("server") / "specgate.log"
-    process = ServerProcess([], log)
+    # No exploration: auto routing must be reproducible here.
+    process = ServerProcess(["--routing-exploration", "0"], log)
     process.wait_ready()
     print(f"\nspecgate ready in {process.startup_seconds:.1f} s (log: {log})")
     yield process

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -13,6 +12,8 @@ from pathlib import Path
 
 import httpx
 import psutil
+
+from tests.metrics_text import sample
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_SECONDS = 900
@@ -85,8 +86,4 @@ class ServerProcess:
 
     def metric(self, name: str, **labels: str) -> float:
         """One sample from /metrics; 0 for a labelled series not yet created."""
-        text = httpx.get(f"{self.base_url}/metrics", timeout=10).text
-        label_text = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
-        pattern = rf"^{re.escape(name)}\{{{re.escape(label_text)}\}} (\S+)$"
-        match = re.search(pattern, text, re.MULTILINE)
-        return float(match.group(1)) if match else 0.0
+        return sample(httpx.get(f"{self.base_url}/metrics", timeout=10).text, name, **labels)

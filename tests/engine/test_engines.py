@@ -29,6 +29,21 @@ def test_route_headers_follow_x_speculative(sync_client: OpenAI, header: str, ro
     assert info["route"] == route
 
 
+def test_auto_follows_the_learned_estimate(sync_client: OpenAI, server: ServerProcess) -> None:
+    import httpx
+
+    estimates = httpx.get(f"{server.base_url}/v1/routing").json()["classes"]["open-ended"]
+    expected = "speculative" if estimates["expected_speedup"] > 1 else "plain"
+    raw = sync_client.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Write a poem about autumn."}],
+        max_tokens=4,
+        extra_headers={"X-Speculative": "auto"},
+    )
+    assert raw.headers["x-specgate-route"] == expected
+    assert "expected speed-up" in raw.headers["x-specgate-reason"]
+
+
 def test_auto_sends_a_json_continuation_to_the_speculative_engine(sync_client: OpenAI) -> None:
     raw = sync_client.completions.with_raw_response.create(
         model=MODEL, prompt=JSON_CONTINUATION, max_tokens=4, temperature=0
@@ -83,7 +98,8 @@ def test_the_speculative_engine_reports_acceptance(
 
 
 def test_metrics_count_requests_and_latency_by_engine(server: ServerProcess) -> None:
-    ok = server.metric("specgate_requests_total", endpoint="chat", engine="plain", outcome="ok")
+    labels = {"endpoint": "chat", "engine": "plain", "workload_class": "open-ended"}
+    ok = server.metric("specgate_requests_total", **labels, outcome="ok")
     assert ok > 0
     for engine in ("speculative", "plain"):
         latency = "specgate_request_duration_seconds_count"

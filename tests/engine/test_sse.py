@@ -36,7 +36,12 @@ def test_a_client_disconnect_aborts_the_request_in_the_engine(server: ServerProc
         "max_tokens": 1500,
         "stream": True,
     }
-    labels = {"endpoint": "chat", "engine": "plain", "outcome": "aborted"}
+    labels = {
+        "endpoint": "chat",
+        "engine": "plain",
+        "workload_class": "open-ended",
+        "outcome": "aborted",
+    }
     aborted_before = server.metric("specgate_requests_total", **labels)
     with httpx.stream(
         "POST",

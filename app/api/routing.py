@@ -1,0 +1,28 @@
+"""GET /v1/routing: what the router has learned, per workload class."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from app.deps import GatewayDep
+
+router = APIRouter()
+
+
+@router.get("/v1/routing")
+async def routing_state(gateway: GatewayDep) -> dict[str, Any]:
+    """The router's rules and its current estimates per workload class."""
+    rules = gateway.router.rules
+    learner = gateway.router.learner
+    return {
+        "rules": {
+            "pins": {workload.value: route for workload, route in rules.pins.items()},
+            "exploration": rules.exploration,
+            "max_speculative_temperature": rules.max_speculative_temperature,
+            "max_speculative_load": rules.max_speculative_load,
+            "min_acceptance": rules.min_acceptance,
+        },
+        "classes": learner.snapshot(),
+    }
