@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from app.api.respond import respond
@@ -23,7 +23,10 @@ router = APIRouter()
 
 @router.post("/v1/chat/completions", response_model=ChatCompletion)
 async def create_chat_completion(
-    body: ChatCompletionRequest, gateway: GatewayDep, x_speculative: SpeculativeHeader = None
+    body: ChatCompletionRequest,
+    request: Request,
+    gateway: GatewayDep,
+    x_speculative: SpeculativeHeader = None,
 ) -> Response:
     """Create a chat completion, streamed over SSE when `stream` is true."""
     gateway.check_model(body.model)
@@ -65,6 +68,7 @@ async def create_chat_completion(
 
     return await respond(
         run,
+        request,
         stream=body.stream,
         stream_options=body.stream_options,
         chunk_makers=chat_chunk_makers(completion_id, created, gateway.model_id),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from app.api.respond import respond
@@ -23,7 +23,10 @@ router = APIRouter()
 
 @router.post("/v1/completions", response_model=Completion)
 async def create_completion(
-    body: CompletionRequest, gateway: GatewayDep, x_speculative: SpeculativeHeader = None
+    body: CompletionRequest,
+    request: Request,
+    gateway: GatewayDep,
+    x_speculative: SpeculativeHeader = None,
 ) -> Response:
     """Create a text completion, streamed over SSE when `stream` is true."""
     gateway.check_model(body.model)
@@ -62,6 +65,7 @@ async def create_completion(
 
     return await respond(
         run,
+        request,
         stream=body.stream,
         stream_options=body.stream_options,
         chunk_makers=completion_chunk_makers(completion_id, created, gateway.model_id),

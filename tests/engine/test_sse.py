@@ -6,6 +6,7 @@ import json
 import time
 
 import httpx
+import pytest
 
 from tests.engine.prompts import CODE, MODEL
 from tests.engine.server import ServerProcess
@@ -61,4 +62,29 @@ def test_a_client_disconnect_aborts_the_request_in_the_engine(server: ServerProc
         or server.metric("specgate_requests_total", **labels) != aborted_before + 1
     ):
         assert time.monotonic() < deadline, "the engine kept generating for a closed stream"
+        time.sleep(0.2)
+
+
+def test_a_client_giving_up_on_a_non_streamed_request_aborts_it(server: ServerProcess) -> None:
+    labels = {
+        "endpoint": "completions",
+        "engine": "plain",
+        "workload_class": "open-ended",
+        "outcome": "aborted",
+    }
+    aborted_before = server.metric("specgate_requests_total", **labels)
+    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 1500}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            f"{server.base_url}/v1/completions",
+            json=body,
+            headers={"X-Speculative": "off"},
+            timeout=httpx.Timeout(10, read=2),
+        )
+    deadline = time.monotonic() + 15
+    while (
+        server.metric("specgate_engine_unfinished_requests", engine="plain") != 0
+        or server.metric("specgate_requests_total", **labels) != aborted_before + 1
+    ):
+        assert time.monotonic() < deadline, "the engine kept generating for a departed client"
         time.sleep(0.2)
