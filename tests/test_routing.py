@@ -154,3 +154,39 @@ def test_a_bad_header_value_is_a_client_error() -> None:
         parse_preference("sometimes")
     assert caught.value.param == "X-Speculative"
     assert caught.value.status_code == 400
+
+
+# The benchmark's labels, and the router classes that serve each of them.
+BENCH_LABELS = {
+    "code": {WorkloadClass.CODE, WorkloadClass.CODE_EDIT},
+    "structured": {WorkloadClass.STRUCTURED},
+    "edit": {WorkloadClass.REWRITE},
+    "open-ended": {WorkloadClass.OPEN_ENDED},
+}
+
+
+def test_classifier_on_the_labelled_benchmark_set() -> None:
+    import json
+    from collections import Counter
+    from pathlib import Path
+
+    lines = (Path(__file__).parents[1] / "bench" / "prompts.jsonl").read_text().splitlines()
+    right: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    for line in lines:
+        prompt = json.loads(line)
+        if prompt["endpoint"] == "chat":
+            text = "\n".join(message["content"] for message in prompt["messages"])
+        else:
+            text = prompt["prompt"]
+        response_format = prompt.get("response_format") or {}
+        features = extract_features(
+            text,
+            wants_json=response_format.get("type") in ("json_object", "json_schema"),
+            temperature=prompt["temperature"],
+        )
+        total[prompt["class"]] += 1
+        right[prompt["class"]] += classify(features) in BENCH_LABELS[prompt["class"]]
+    assert set(total) == set(BENCH_LABELS) and min(total.values()) >= 20
+    assert sum(right.values()) / sum(total.values()) >= 0.95, right
+    assert all(right[label] / total[label] >= 0.9 for label in total), right

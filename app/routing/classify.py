@@ -22,6 +22,8 @@ class WorkloadClass(StrEnum):
 
 # A prompt with this much text carries material to work on, not just an instruction.
 MATERIAL_CHARS = 200
+# A prompt this long is mostly material, whatever its instruction says.
+LONG_MATERIAL_CHARS = 500
 # Lines that look like code or data before the prompt counts as carrying some.
 CODE_LINES = 3
 JSON_LINES = 3
@@ -37,8 +39,10 @@ def classify(features: RequestFeatures) -> WorkloadClass:
         return WorkloadClass.STRUCTURED
     if carries_code:
         return WorkloadClass.CODE_EDIT
+    if features.prompt_chars >= LONG_MATERIAL_CHARS or (
+        features.prompt_chars >= MATERIAL_CHARS and features.edit_words
+    ):
+        return WorkloadClass.REWRITE
     if features.code_words:
         return WorkloadClass.CODE
-    if features.prompt_chars >= MATERIAL_CHARS and (features.edit_words or features.repetition):
-        return WorkloadClass.REWRITE
     return WorkloadClass.OPEN_ENDED

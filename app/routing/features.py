@@ -26,13 +26,19 @@ _CODE_WORDS = frozenset(
 _EDIT_WORDS = frozenset(
     {"rewrite", "rephrase", "edit", "fix", "correct", "proofread", "refactor", "reformat",
      "convert", "extract", "translate", "summarize", "summarise", "shorten", "continue",
-     "complete", "rename", "update", "modify", "simplify", "list"}
+     "complete", "rename", "update", "modify", "simplify", "list", "change", "turn",
+     "edited", "editor", "spelling", "spellings", "capital", "punctuation", "tense"}
 )  # fmt: skip
 _WORD = re.compile(r"[a-z+#-]+")
-_JSON_SYNTAX = re.compile(r'"\s*:\s*["\d\[{tfn-]|^\s*[\[{]\s*$|^\s*-\s+\w+:\s', re.MULTILINE)
+# JSON members, lone brackets, YAML "- key: value" items, and CSV rows of four or more fields.
+_JSON_SYNTAX = re.compile(
+    r'"\s*:\s*["\d\[{tfn-]|^\s*[\[{]\s*$|^\s*-\s+\w+:\s|^[^,\n]+(,[^,\n]*){3,}$',
+    re.MULTILINE,
+)
 _CODE_SYNTAX = re.compile(
     r"```|^\s*(def|class|import|from|return|if|for|while|function|const|let|var|public|"
-    r"SELECT|INSERT|UPDATE|CREATE)\b|[;{}]\s*$|=>|\):\s*$",
+    r"SELECT|INSERT|UPDATE|CREATE|fi|done|then|do|esac|echo)\b|[;{}]\s*$|=>|\):\s*$|^#!|"
+    r"\$\{?[A-Za-z_]\w*",
     re.MULTILINE,
 )
 
