@@ -30,6 +30,22 @@ def test_raw_sse_framing(server: ServerProcess) -> None:
     assert chunks[-1]["specgate"]["route"] == response.headers["x-specgate-route"]
 
 
+def aborted_plain_requests(server: ServerProcess, endpoint: str) -> float:
+    labels = {"engine": "plain", "workload_class": "open-ended", "outcome": "aborted"}
+    return server.metric("specgate_requests_total", endpoint=endpoint, **labels)
+
+
+def wait_for_abort(server: ServerProcess, endpoint: str, aborted_before: float) -> None:
+    """The plain engine drops the request, and specgate counts it as aborted, within 15 s."""
+    deadline = time.monotonic() + 15
+    while (
+        server.metric("specgate_engine_unfinished_requests", engine="plain") != 0
+        or aborted_plain_requests(server, endpoint) != aborted_before + 1
+    ):
+        assert time.monotonic() < deadline, "the engine kept generating for a departed client"
+        time.sleep(0.2)
+
+
 def test_a_client_disconnect_aborts_the_request_in_the_engine(server: ServerProcess) -> None:
     body = {
         "model": MODEL,
@@ -37,13 +53,7 @@ def test_a_client_disconnect_aborts_the_request_in_the_engine(server: ServerProc
         "max_tokens": 1500,
         "stream": True,
     }
-    labels = {
-        "endpoint": "chat",
-        "engine": "plain",
-        "workload_class": "open-ended",
-        "outcome": "aborted",
-    }
-    aborted_before = server.metric("specgate_requests_total", **labels)
+    aborted_before = aborted_plain_requests(server, "chat")
     with httpx.stream(
         "POST",
         f"{server.base_url}/v1/chat/completions",
@@ -56,23 +66,11 @@ def test_a_client_disconnect_aborts_the_request_in_the_engine(server: ServerProc
         assert any(line.startswith("data: {") for line in received)
         assert server.metric("specgate_engine_unfinished_requests", engine="plain") == 1
     # The connection is closed: the engine must drop the request long before 1500 tokens.
-    deadline = time.monotonic() + 15
-    while (
-        server.metric("specgate_engine_unfinished_requests", engine="plain") != 0
-        or server.metric("specgate_requests_total", **labels) != aborted_before + 1
-    ):
-        assert time.monotonic() < deadline, "the engine kept generating for a closed stream"
-        time.sleep(0.2)
+    wait_for_abort(server, "chat", aborted_before)
 
 
 def test_a_client_giving_up_on_a_non_streamed_request_aborts_it(server: ServerProcess) -> None:
-    labels = {
-        "endpoint": "completions",
-        "engine": "plain",
-        "workload_class": "open-ended",
-        "outcome": "aborted",
-    }
-    aborted_before = server.metric("specgate_requests_total", **labels)
+    aborted_before = aborted_plain_requests(server, "completions")
     # Counting at temperature 0 goes on well past the client's patience.
     body = {"model": MODEL, "prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 1500, "temperature": 0}
     with pytest.raises(httpx.ReadTimeout):
@@ -82,10 +80,4 @@ def test_a_client_giving_up_on_a_non_streamed_request_aborts_it(server: ServerPr
             headers={"X-Speculative": "off"},
             timeout=httpx.Timeout(10, read=2),
         )
-    deadline = time.monotonic() + 15
-    while (
-        server.metric("specgate_engine_unfinished_requests", engine="plain") != 0
-        or server.metric("specgate_requests_total", **labels) != aborted_before + 1
-    ):
-        assert time.monotonic() < deadline, "the engine kept generating for a departed client"
-        time.sleep(0.2)
+    wait_for_abort(server, "completions", aborted_before)
