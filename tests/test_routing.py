@@ -190,3 +190,11 @@ def test_classifier_on_the_labelled_benchmark_set() -> None:
     assert set(total) == set(BENCH_LABELS) and min(total.values()) >= 20
     assert sum(right.values()) / sum(total.values()) >= 0.95, right
     assert all(right[label] / total[label] >= 0.9 for label in total), right
+
+
+def test_a_self_repeating_prompt_counts_as_material_to_copy() -> None:
+    chant = "The bell rang over the harbour and the boats came home. " * 5
+    features = extract_features(chant)
+    assert features.repetition > 0.5
+    assert classify(features) is WorkloadClass.REWRITE
+    assert classify(extract_features(chant[:150])) is WorkloadClass.OPEN_ENDED

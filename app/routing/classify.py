@@ -24,6 +24,9 @@ class WorkloadClass(StrEnum):
 MATERIAL_CHARS = 200
 # A prompt this long is mostly material, whatever its instruction says.
 LONG_MATERIAL_CHARS = 500
+# A prompt that repeats itself this much feeds a prompt-lookup drafter whatever it asks for.
+REPETITIVE = 0.2
+COMPRESSIBLE = 0.6
 # Lines that look like code or data before the prompt counts as carrying some.
 CODE_LINES = 3
 JSON_LINES = 3
@@ -39,8 +42,9 @@ def classify(features: RequestFeatures) -> WorkloadClass:
         return WorkloadClass.STRUCTURED
     if carries_code:
         return WorkloadClass.CODE_EDIT
+    repetitive = features.repetition >= REPETITIVE or features.compressibility >= COMPRESSIBLE
     if features.prompt_chars >= LONG_MATERIAL_CHARS or (
-        features.prompt_chars >= MATERIAL_CHARS and features.edit_words
+        features.prompt_chars >= MATERIAL_CHARS and (features.edit_words or repetitive)
     ):
         return WorkloadClass.REWRITE
     if features.code_words:
