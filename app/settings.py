@@ -116,8 +116,8 @@ class Settings(BaseSettings):
     routing_max_speculative_load: int | None = Field(
         4,
         gt=0,
-        description="When the speculative engine already holds this many requests, auto sends "
-        "new ones to the plain engine: under load, drafting stops paying.",
+        description="When the engines (which share one device) already hold this many "
+        "requests, auto sends new ones to the plain engine: under load, drafting stops paying.",
     )
     routing_min_acceptance: float = Field(
         0.05,

@@ -51,7 +51,7 @@ def main() -> None:
         for run in range(RUNS + 200):
             started = time.perf_counter()
             features = extract_features(text, temperature=random.choice([0.0, 1.0]))
-            router.decide("auto", features, speculative_load=run % 6)
+            router.decide("auto", features, load=run % 6)
             if run >= 200:
                 timings.append((time.perf_counter() - started) * 1000)
         timings.sort()

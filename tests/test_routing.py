@@ -115,8 +115,8 @@ def test_low_acceptance_stops_speculation() -> None:
 
 def test_load_on_the_speculative_engine_sends_work_to_plain() -> None:
     routed = router(max_speculative_load=4)
-    assert routed.decide("auto", JSON_TASK, speculative_load=3).route == "speculative"
-    decision = routed.decide("auto", JSON_TASK, speculative_load=4)
+    assert routed.decide("auto", JSON_TASK, load=3).route == "speculative"
+    decision = routed.decide("auto", JSON_TASK, load=4)
     assert (decision.route, decision.basis) == ("plain", "load")
 
 

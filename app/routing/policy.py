@@ -1,7 +1,7 @@
 """The routing decision for one request.
 
 In order: the client's X-Speculative header, an operator's pinned classes, a temperature
-ceiling, the speculative engine's load, the class's rolling acceptance, and finally the
+ceiling, the load in flight, the class's rolling acceptance, and finally the
 learned expected speed-up. A small share of `auto` traffic explores the other engine so
 that a class routed badly can recover.
 """
@@ -65,7 +65,7 @@ class Router:
         self._rng = rng or random.Random()
 
     def decide(
-        self, preference: Preference, features: RequestFeatures, speculative_load: int = 0
+        self, preference: Preference, features: RequestFeatures, load: int = 0
     ) -> RouteDecision:
         workload = classify(features)
         if preference != "auto":
@@ -74,7 +74,7 @@ class Router:
         pinned = self.rules.pins.get(workload)
         if pinned is not None:
             return RouteDecision(pinned, workload, "pinned", f"pinned: {workload} -> {pinned}")
-        decision = self._measured(workload, features, speculative_load)
+        decision = self._measured(workload, features, load)
         if self.rules.exploration and self._rng.random() < self.rules.exploration:
             other: Route = "plain" if decision.route == "speculative" else "speculative"
             return RouteDecision(
@@ -83,7 +83,7 @@ class Router:
         return decision
 
     def _measured(
-        self, workload: WorkloadClass, features: RequestFeatures, speculative_load: int
+        self, workload: WorkloadClass, features: RequestFeatures, load: int
     ) -> RouteDecision:
         rules = self.rules
         ceiling = rules.max_speculative_temperature
@@ -91,15 +91,12 @@ class Router:
             return RouteDecision(
                 "plain", workload, "temperature", f"temperature {features.temperature} > {ceiling}"
             )
-        if (
-            rules.max_speculative_load is not None
-            and speculative_load >= rules.max_speculative_load
-        ):
+        if rules.max_speculative_load is not None and load >= rules.max_speculative_load:
             return RouteDecision(
                 "plain",
                 workload,
                 "load",
-                f"load: {speculative_load} requests on the speculative engine",
+                f"load: {load} requests in flight",
             )
         acceptance = self.learner.acceptance(workload)
         if (
