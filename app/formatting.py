@@ -58,3 +58,11 @@ def public_finish(reason: FinishReason | None) -> Literal["stop", "length"] | No
     if reason is None:
         return None
     return "length" if reason == "length" else "stop"
+
+
+def finished_choices(run: Run) -> list[tuple[int, str, Literal["stop", "length"]]]:
+    """(index, text, finish reason) of each choice, in order, for a non-streamed response."""
+    return [
+        (index, choice.text, public_finish(choice.finish_reason) or "stop")
+        for index, choice in sorted(run.choices.items())
+    ]

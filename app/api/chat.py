@@ -12,7 +12,7 @@ from app.api.respond import respond
 from app.api.sampling import sampling_options
 from app.deps import GatewayDep, SpeculativeHeader
 from app.engine.types import ChatMessage
-from app.formatting import public_finish, route_headers, route_info, usage
+from app.formatting import finished_choices, route_headers, route_info, usage
 from app.generation import Run
 from app.routing.features import extract_features
 from app.schemas.chat import AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionRequest
@@ -56,11 +56,9 @@ async def create_chat_completion(
             model=gateway.model_id,
             choices=[
                 ChatChoice(
-                    index=index,
-                    message=AssistantMessage(content=choice.text),
-                    finish_reason=public_finish(choice.finish_reason) or "stop",
+                    index=index, message=AssistantMessage(content=text), finish_reason=finish
                 )
-                for index, choice in sorted(run.choices.items())
+                for index, text, finish in finished_choices(run)
             ],
             usage=usage(run),
             specgate=route_info(run),

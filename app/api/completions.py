@@ -12,7 +12,7 @@ from app.api.respond import respond
 from app.api.sampling import sampling_options
 from app.deps import GatewayDep, SpeculativeHeader
 from app.errors import InvalidRequestError
-from app.formatting import public_finish, route_headers, route_info, usage
+from app.formatting import finished_choices, route_headers, route_info, usage
 from app.generation import Run
 from app.routing.features import extract_features
 from app.schemas.completions import Completion, CompletionChoice, CompletionRequest
@@ -52,12 +52,8 @@ async def create_completion(
             created=created,
             model=gateway.model_id,
             choices=[
-                CompletionChoice(
-                    index=index,
-                    text=choice.text,
-                    finish_reason=public_finish(choice.finish_reason) or "stop",
-                )
-                for index, choice in sorted(run.choices.items())
+                CompletionChoice(index=index, text=text, finish_reason=finish)
+                for index, text, finish in finished_choices(run)
             ],
             usage=usage(run),
             specgate=route_info(run),
