@@ -8,7 +8,8 @@ import sys
 
 import psutil
 import uvicorn
-from pydantic_settings import CliApp
+from pydantic import ValidationError
+from pydantic_settings import CliApp, SettingsError
 
 from app.main import create_app
 from app.settings import Settings
@@ -17,7 +18,12 @@ logger = logging.getLogger("specgate")
 
 
 def main(argv: list[str] | None = None) -> int:
-    settings = CliApp.run(Settings, cli_args=sys.argv[1:] if argv is None else argv)
+    try:
+        settings = CliApp.run(Settings, cli_args=sys.argv[1:] if argv is None else argv)
+    except (SettingsError, ValidationError) as exc:
+        # A bad flag or SPECGATE_* value: say which and why, without a traceback.
+        print(f"specgate: invalid settings: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

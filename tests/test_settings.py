@@ -118,3 +118,18 @@ def test_bad_values_are_refused(args: list[str]) -> None:
 def test_routing_pins_name_classes() -> None:
     settings = parse(["--routing-pins", '{"open-ended": "plain", "structured": "speculative"}'])
     assert settings.routing_pins == {"open-ended": "plain", "structured": "speculative"}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--speculative-config", "{bad"], ["--gpu-memory-utilization", "1.5"]],
+)
+def test_the_command_line_reports_bad_settings_without_a_traceback(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.__main__ import main
+
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specgate: invalid settings:")
+    assert "Traceback" not in err
