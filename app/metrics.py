@@ -144,9 +144,7 @@ class GatewayMetrics:
         self.spec_accepted_tokens.labels(engine=route).inc(stats.accepted_tokens)
         if stats.draft_tokens:
             self.acceptance_rate.labels(workload_class=workload).observe(stats.acceptance_rate)
-            self.accepted_length.labels(workload_class=workload).observe(
-                1 + stats.accepted_tokens / max(stats.drafts, 1)
-            )
+            self.accepted_length.labels(workload_class=workload).observe(stats.accepted_length)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

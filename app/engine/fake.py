@@ -32,8 +32,6 @@ class FakeEngine:
         self.max_model_len = max_model_len
         self.seconds_per_token = seconds_per_token
         self.active: set[str] = set()
-        self.aborted: list[str] = []
-        self.closed = False
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
         words = _prompt_words(request.prompt)
@@ -47,7 +45,6 @@ class FakeEngine:
         if options.temperature is not None and options.temperature < 0:
             raise InvalidRequestError("temperature must be non-negative", param="temperature")
         self.active.add(request.request_id)
-        finished = False
         try:
             texts = ["" for _ in range(options.n)]
             for position in range(limit):
@@ -63,12 +60,10 @@ class FakeEngine:
                     deltas.append(self._delta(index, piece, finish, position + 1))
                 yield GenerationStep(prompt_tokens=len(words), choices=deltas)
                 if all(delta.finish_reason for delta in deltas):
-                    finished = True
                     return
         finally:
+            # Finished or closed early (an abort), the request leaves the engine.
             self.active.discard(request.request_id)
-            if not finished:
-                self.aborted.append(request.request_id)
 
     def _delta(
         self, index: int, piece: str, finish: FinishReason | None, tokens: int
@@ -86,7 +81,7 @@ class FakeEngine:
         return None
 
     async def aclose(self) -> None:
-        self.closed = True
+        return None
 
 
 def _prompt_words(prompt: Prompt) -> list[str]:

@@ -49,6 +49,11 @@ class SpecDecodeStats:
     def acceptance_rate(self) -> float:
         return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
 
+    @property
+    def accepted_length(self) -> float:
+        """Tokens emitted per verification step: the accepted drafts plus the bonus token."""
+        return 1 + self.accepted_tokens / max(self.drafts, 1)
+
     def __add__(self, other: SpecDecodeStats) -> SpecDecodeStats:
         return SpecDecodeStats(
             self.drafts + other.drafts,

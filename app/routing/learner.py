@@ -79,7 +79,7 @@ class Learner:
             return  # nothing was drafted: no evidence either way
         estimates = self.classes[workload]
         estimates.acceptance_rate.observe(stats.acceptance_rate)
-        estimates.accepted_length.observe(1 + stats.accepted_tokens / max(stats.drafts, 1))
+        estimates.accepted_length.observe(stats.accepted_length)
 
     def expected_speedup(self, workload: WorkloadClass) -> float | None:
         return self.classes[workload].expected_speedup()
