@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from app.engine.types import FinishReason
-from app.generation import Run
+from app.engine.types import FinishReason, PromptEcho
+from app.generation import ChoiceResult, Run
+from app.logprobs import completion_logprobs
 from app.routing.policy import RouteDecision
 from app.schemas.common import RouteInfo, SpeculativeUsage, Usage
+from app.schemas.completions import CompletionChoice
 
 
 def speculative_usage(run: Run) -> SpeculativeUsage | None:
@@ -60,9 +62,23 @@ def public_finish(reason: FinishReason | None) -> Literal["stop", "length"] | No
     return "length" if reason == "length" else "stop"
 
 
-def finished_choices(run: Run) -> list[tuple[int, str, Literal["stop", "length"]]]:
-    """(index, text, finish reason) of each choice, in order, for a non-streamed response."""
+def finished_choices(run: Run) -> list[tuple[int, ChoiceResult, Literal["stop", "length"]]]:
+    """(index, result, finish reason) of each choice, in order, for a non-streamed response."""
     return [
-        (index, choice.text, public_finish(choice.finish_reason) or "stop")
+        (index, choice, public_finish(choice.finish_reason) or "stop")
         for index, choice in sorted(run.choices.items())
     ]
+
+
+def completion_choice(
+    index: int, choice: ChoiceResult, finish: Literal["stop", "length"], *, with_logprobs: bool
+) -> CompletionChoice:
+    """A whole legacy-completions choice: the echoed prompt (if any), then the output."""
+    echo = choice.echo or PromptEcho("")
+    entries = [*(echo.logprobs or ()), *(choice.logprobs or ())] if with_logprobs else None
+    return CompletionChoice(
+        index=index,
+        text=echo.text + choice.text,
+        logprobs=completion_logprobs(entries),
+        finish_reason=finish,
+    )

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from app.engine.base import Engine
 from app.engine.types import GenerationRequest, Prompt, Route, SamplingOptions
 from app.errors import EngineUnavailableError, ModelNotFoundError
+from app.fanout import generate_all
 from app.generation import Endpoint, Run
 from app.metrics import GatewayMetrics
 from app.routing.features import RequestFeatures
@@ -30,12 +31,17 @@ class Gateway:
                 param="model",
             )
 
-    def decide(self, route_header: str | None, features: RequestFeatures) -> RouteDecision:
+    def decide(
+        self,
+        route_header: str | None,
+        features: RequestFeatures,
+        options: SamplingOptions | None = None,
+    ) -> RouteDecision:
         preference = parse_preference(route_header)
         # Both embedded engines share one device, so every request in flight is load on the
         # speculative one: at concurrency 8 on a CPU, drafting cost 30 % (bench/results).
         load = sum(engine.unfinished_requests() for engine in self.engines.values())
-        decision = self.router.decide(preference, features, load)
+        decision = self.router.decide(preference, features, load, not_speculable(options))
         self.metrics.record_decision(decision)
         return decision
 
@@ -43,16 +49,21 @@ class Gateway:
         self,
         decision: RouteDecision,
         request_id: str,
-        prompt: Prompt,
+        prompts: list[Prompt],
         options: SamplingOptions,
         endpoint: Endpoint,
     ) -> Run:
+        """Submit one engine request per prompt; returns once the first output is in."""
         engine = self.engines.get(decision.route)
         if engine is None:
             raise EngineUnavailableError(f"the {decision.route} engine is not running")
-        request = GenerationRequest(request_id, prompt, options)
+        requests = [
+            GenerationRequest(request_id if len(prompts) == 1 else f"{request_id}-{i}", p, options)
+            for i, p in enumerate(prompts)
+        ]
         self.metrics.in_flight.labels(engine=decision.route).inc()
-        return await Run.start(engine, request, decision, endpoint, self._finished)
+        steps = generate_all(engine, requests)
+        return await Run.start(steps, decision, endpoint, self._finished)
 
     def _finished(self, run: Run) -> None:
         self.metrics.record_run(run)
@@ -66,3 +77,11 @@ class Gateway:
             )
         if run.spec is not None:
             learner.observe_acceptance(decision.workload_class, run.spec)
+
+
+def not_speculable(options: SamplingOptions | None) -> str | None:
+    """The sampling fields vLLM refuses on a speculative engine (vLLM 0.32), if any are set."""
+    if options is None:
+        return None
+    fields = [name for name in ("min_p", "logit_bias") if getattr(options, name)]
+    return " and ".join(fields) or None

@@ -8,8 +8,13 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from app.engine.base import Engine
-from app.engine.types import FinishReason, GenerationRequest, GenerationStep, SpecDecodeStats
+from app.engine.types import (
+    FinishReason,
+    GenerationStep,
+    PromptEcho,
+    SpecDecodeStats,
+    TokenLogprob,
+)
 from app.errors import EngineFailureError, SpecgateError
 from app.routing.policy import RouteDecision
 
@@ -24,6 +29,8 @@ class ChoiceResult:
     text: str = ""
     tokens: int = 0
     finish_reason: FinishReason | None = None
+    logprobs: list[TokenLogprob] | None = None
+    echo: PromptEcho | None = None
 
 
 @dataclass
@@ -44,19 +51,18 @@ class Run:
     @classmethod
     async def start(
         cls,
-        engine: Engine,
-        request: GenerationRequest,
+        steps: AsyncIterator[GenerationStep],
         decision: RouteDecision,
         endpoint: Endpoint,
         on_finish: Callable[[Run], None],
     ) -> Run:
-        """Submit the request and wait for its first step.
+        """Wait for the first of the engine's `steps` (its request is submitted by then).
 
         Errors the engine finds in the request surface here, while the caller can still
         answer with an error status instead of a broken stream.
         """
         run = cls(decision, endpoint, on_finish)
-        run._steps = engine.generate(request)
+        run._steps = steps
         try:
             run._first = await anext(run._steps)
         except StopAsyncIteration:
@@ -136,6 +142,10 @@ class Run:
             choice = self.choices.setdefault(delta.index, ChoiceResult())
             choice.text += delta.text
             choice.tokens += delta.new_tokens
+            if delta.echo is not None:
+                choice.echo = delta.echo
+            if delta.logprobs is not None:
+                choice.logprobs = [*(choice.logprobs or []), *delta.logprobs]
             if delta.new_tokens and self.first_token_at is None:
                 self.first_token_at = time.monotonic()
             if delta.finish_reason is not None:

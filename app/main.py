@@ -8,6 +8,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import FastAPI
 
 from app.api import chat, completions, models, monitoring, routing
+from app.api.body_guard import BodyGuard
 from app.api.handlers import install_error_handlers
 from app.engine.base import Engine
 from app.engine.types import Route
@@ -59,6 +60,7 @@ def create_app(settings: Settings, engines: Mapping[Route, Engine] | None = None
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.add_middleware(BodyGuard, max_body_bytes=settings.max_request_body_bytes)
     for module in (chat, completions, models, monitoring, routing):
         app.include_router(module.router)
     return app

@@ -52,8 +52,8 @@ class GatewayMetrics:
         )
         self.decisions = Counter(
             "specgate_routing_decisions",
-            "Routing decisions by workload class, chosen engine and basis (header, pinned, "
-            "temperature, load, acceptance, learned, explore).",
+            "Routing decisions by workload class, chosen engine and basis (header, unsupported, "
+            "pinned, temperature, load, acceptance, learned, explore).",
             ["workload_class", "engine", "basis"],
             registry=r,
         )

@@ -133,6 +133,11 @@ class Settings(BaseSettings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         "info", description="Log level."
     )
+    max_request_body_bytes: int = Field(
+        8 * 1024 * 1024,
+        gt=0,
+        description="Larger request bodies get a 413 before they are parsed.",
+    )
     shutdown_grace_seconds: float = Field(
         10.0,
         ge=0,

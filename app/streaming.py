@@ -14,10 +14,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.engine.types import ChoiceDelta
+from app.engine.types import ChoiceDelta, PromptEcho
 from app.errors import SpecgateError, error_body
 from app.formatting import public_finish, route_info, usage
 from app.generation import Run
+from app.logprobs import chat_logprobs, completion_logprobs
 from app.schemas.chat import ChatChunkChoice, ChatCompletionChunk, ChatDelta
 from app.schemas.common import dump
 from app.schemas.completions import Completion, CompletionChoice
@@ -45,6 +46,7 @@ def chat_chunk_makers(
                     index=delta.index,
                     # OpenAI announces the role once, in each choice's first chunk.
                     delta=ChatDelta(role="assistant" if first else None, content=delta.text),
+                    logprobs=chat_logprobs(delta.logprobs),
                     finish_reason=public_finish(delta.finish_reason),
                 )
             ],
@@ -57,9 +59,19 @@ def chat_chunk_makers(
 
 
 def completion_chunk_makers(
-    completion_id: str, created: int, model: str
+    completion_id: str, created: int, model: str, *, with_logprobs: bool
 ) -> tuple[ChunkMaker, UsageChunkMaker]:
+    # Where each choice's next token starts in its text, for logprobs' text_offset.
+    offsets: dict[int, int] = {}
+
     def chunk(delta: ChoiceDelta, first: bool) -> BaseModel:
+        echo = delta.echo or PromptEcho("")
+        text = echo.text + delta.text
+        logprobs = None
+        if with_logprobs:
+            entries = [*(echo.logprobs or ()), *(delta.logprobs or ())]
+            logprobs = completion_logprobs(entries, offsets.get(delta.index, 0))
+            offsets[delta.index] = offsets.get(delta.index, 0) + sum(len(e.token) for e in entries)
         return Completion(
             id=completion_id,
             created=created,
@@ -67,7 +79,8 @@ def completion_chunk_makers(
             choices=[
                 CompletionChoice(
                     index=delta.index,
-                    text=delta.text,
+                    text=text,
+                    logprobs=logprobs,
                     finish_reason=public_finish(delta.finish_reason),
                 )
             ],
@@ -130,12 +143,3 @@ def _chunk_dict(chunk: BaseModel, include_usage: bool) -> dict[str, Any]:
 
 def _event(data: dict[str, Any]) -> dict[str, str]:
     return {"data": json.dumps(data, separators=(",", ":"))}
-
-
-def _public_finish(delta: ChoiceDelta) -> str | None:
-    # An aborted choice only happens when the client is gone; report it as a stop.
-    return (
-        None
-        if delta.finish_reason is None
-        else ("length" if delta.finish_reason == "length" else "stop")
-    )

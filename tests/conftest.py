@@ -23,13 +23,14 @@ async def make_client() -> AsyncIterator[ClientFactory]:
     async with AsyncExitStack() as stack:
 
         async def factory(
-            **engine_options: float,
+            settings: Settings | None = None, **engine_options: float
         ) -> tuple[httpx.AsyncClient, dict[str, FakeEngine]]:
             engines = {
                 "speculative": FakeEngine("speculative", **engine_options),  # type: ignore[arg-type]
                 "plain": FakeEngine("plain", **engine_options),  # type: ignore[arg-type]
             }
-            app = create_app(Settings(routing_exploration=0), engines)  # type: ignore[arg-type]
+            settings = settings or Settings(routing_exploration=0)
+            app = create_app(settings, engines)  # type: ignore[arg-type]
             # ASGITransport does not run the lifespan; enter it ourselves.
             await stack.enter_async_context(app.router.lifespan_context(app))
             client = httpx.AsyncClient(

@@ -34,7 +34,7 @@ async def test_finished_requests_teach_the_router() -> None:
 
     gate, _ = gateway()
     decision = gate.decide("on", JSON_TASK)
-    run = await gate.start(decision, "r1", "a b c", SamplingOptions(max_tokens=5), "completions")
+    run = await gate.start(decision, "r1", ["a b c"], SamplingOptions(max_tokens=5), "completions")
     await run.collect()
     estimates = gate.router.learner.snapshot()["structured"]
     assert estimates["speculative_samples"] == 1

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import MODEL
+from app.settings import Settings
+from tests.conftest import MODEL, ClientFactory
 from tests.metrics_text import sample
 
 CHAT = "/v1/chat/completions"
@@ -158,14 +161,86 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
         (chat_body(messages=[{"role": "wizard", "content": "hi"}]), "messages[0].role"),
         (chat_body(stop=["a", "b", "c", "d", "e"]), None),
         (chat_body(stream_options={"include_usage": True}), None),
-        (chat_body(tools=[{"type": "function", "function": {"name": "f"}}]), None),
+        (chat_body(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
+        (chat_body(tool_choice="required"), "tool_choice"),
+        (chat_body(function_call={"name": "f"}), "function_call"),
         ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
+        (chat_body(logprobs=True, top_logprobs=21), "top_logprobs"),
+        (chat_body(top_logprobs=2), "top_logprobs"),
+        (chat_body(logit_bias={"abc": 1}), "logit_bias"),
+        (chat_body(logit_bias={"5": 101}), "logit_bias"),
+        (chat_body(top_k=-2), "top_k"),
+        (chat_body(min_p=1.5), "min_p"),
+        (chat_body(repetition_penalty=0), "repetition_penalty"),
+        (chat_body(messages=[{"role": "user", "content": [{"type": "image_url"}]}]), None),
+        (chat_body(response_format={"type": "json_schema"}), "response_format.json_schema"),
     ],
 )
 async def test_bad_chat_requests_get_openai_errors(
     client: httpx.AsyncClient, body: dict[str, Any], param: str | None
 ) -> None:
     assert_openai_error(await client.post(CHAT, json=body), 400, param)
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": MODEL, "prompt": "a", "logprobs": 21}, "logprobs"),
+        ({"model": MODEL, "prompt": "a", "suffix": "b"}, "suffix"),
+        ({"model": MODEL, "prompt": "a", "best_of": 3}, "best_of"),
+        ({"model": MODEL, "prompt": "a", "max_tokens": -1}, "max_tokens"),
+    ],
+)
+async def test_bad_completion_requests_get_openai_errors(
+    client: httpx.AsyncClient, body: dict[str, Any], param: str
+) -> None:
+    assert_openai_error(await client.post("/v1/completions", json=body), 400, param)
+
+
+async def test_fields_that_change_nothing_are_accepted(client: httpx.AsyncClient) -> None:
+    body = chat_body(
+        user="u-1", metadata={"team": "a"}, store=False, tool_choice="none", service_tier="auto"
+    )
+    response = await client.post(CHAT, json=body)
+    assert response.status_code == 200, response.text
+
+
+async def test_body_that_is_not_an_object_is_400(client: httpx.AsyncClient) -> None:
+    assert_openai_error(await client.post(CHAT, json=[chat_body()]), 400)
+
+
+async def test_wrong_content_type_is_415(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        CHAT, content=b"model=x", headers={"content-type": "application/x-www-form-urlencoded"}
+    )
+    assert_openai_error(response, 415)
+
+
+async def test_json_content_type_with_charset_is_accepted(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        CHAT,
+        content=json.dumps(chat_body()).encode(),
+        headers={"content-type": "application/json; charset=utf-8"},
+    )
+    assert response.status_code == 200, response.text
+
+
+async def test_oversized_body_is_413(make_client: ClientFactory) -> None:
+    client, _ = await make_client(Settings(max_request_body_bytes=1000))
+    response = await client.post(
+        CHAT, json=chat_body(messages=[{"role": "user", "content": "x" * 2000}])
+    )
+    assert_openai_error(response, 413)
+
+    # Sent without a length up front, the body is counted as it arrives.
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(5):
+            yield b" " * 300
+
+    response = await client.post(
+        CHAT, content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert_openai_error(response, 413)
 
 
 async def test_unknown_model_is_404(client: httpx.AsyncClient) -> None:
@@ -198,13 +273,35 @@ async def test_unknown_path_and_method(client: httpx.AsyncClient) -> None:
 
 
 @pytest.mark.parametrize(
-    "prompt", [[], ["a", "b"], ""], ids=["empty list", "two prompts", "empty string"]
+    "prompt",
+    [[], "", [""], [[]], ["a", 1], ["a"] * 33],
+    ids=["empty list", "empty string", "one empty", "empty ids", "mixed", "too many"],
 )
-async def test_unsupported_completion_prompts_are_400(
-    client: httpx.AsyncClient, prompt: object
-) -> None:
+async def test_bad_completion_prompts_are_400(client: httpx.AsyncClient, prompt: object) -> None:
     response = await client.post("/v1/completions", json={"model": MODEL, "prompt": prompt})
-    assert_openai_error(response, 400)
+    assert_openai_error(response, 400, "prompt")
+
+
+async def test_greedy_n_repeats_the_one_answer(client: httpx.AsyncClient) -> None:
+    response = await client.post(CHAT, json=chat_body(n=3, temperature=0))
+    choices = response.json()["choices"]
+    assert [c["index"] for c in choices] == [0, 1, 2]
+    assert len({c["message"]["content"] for c in choices}) == 1
+    assert response.json()["usage"]["completion_tokens"] == 12
+
+
+async def test_several_prompts_number_choices_prompt_by_prompt(client: httpx.AsyncClient) -> None:
+    body = {"model": MODEL, "prompt": ["a", "b"], "n": 2, "max_tokens": 2}
+    response = await client.post("/v1/completions", json=body)
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert [(c["index"], c["text"]) for c in data["choices"]] == [
+        (0, " a a"),
+        (1, " a a"),
+        (2, " b b"),
+        (3, " b b"),
+    ]
+    assert data["usage"] == {"prompt_tokens": 2, "completion_tokens": 8, "total_tokens": 10}
 
 
 async def test_token_id_prompts(client: httpx.AsyncClient) -> None:
@@ -227,3 +324,23 @@ async def test_routing_state_shows_rules_and_what_was_learned(client: httpx.Asyn
     assert after["speculative_samples"] == 1
     assert after["acceptance_samples"] == 1
     assert after["acceptance_rate"] == 0.5
+
+
+async def test_fields_vllm_cannot_draft_with_go_to_the_plain_engine(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.post(
+        CHAT, json=chat_body(min_p=0.1, response_format={"type": "json_object"})
+    )
+    assert response.status_code == 200, response.text
+    assert response.headers["x-specgate-route"] == "plain"
+    assert response.headers["x-specgate-reason"] == "min_p: not supported while drafting"
+    forced = await client.post(
+        CHAT, json=chat_body(logit_bias={"5": 1}), headers={"X-Speculative": "on"}
+    )
+    assert_openai_error(forced, 400, "X-Speculative")
+    assert "logit_bias" in forced.json()["error"]["message"]
+    off = await client.post(
+        CHAT, json=chat_body(logit_bias={"5": 1}), headers={"X-Speculative": "off"}
+    )
+    assert off.status_code == 200

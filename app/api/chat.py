@@ -14,6 +14,7 @@ from app.deps import GatewayDep, SpeculativeHeader
 from app.engine.types import ChatMessage
 from app.formatting import finished_choices, route_headers, route_info, usage
 from app.generation import Run
+from app.logprobs import chat_logprobs
 from app.routing.features import extract_features
 from app.schemas.chat import AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionRequest
 from app.streaming import chat_chunk_makers
@@ -36,7 +37,7 @@ async def create_chat_completion(
         for m in body.messages
     ]
     json_schema = body.json_schema()
-    options = sampling_options(body, body.token_limit(), json_schema)
+    options = sampling_options(body, body.token_limit(), json_schema, body.logprob_count())
     features = extract_features(
         "\n".join(message["content"] for message in messages),
         wants_json=json_schema is not None,
@@ -44,10 +45,10 @@ async def create_chat_completion(
         top_p=options.top_p,
         max_tokens=options.max_tokens,
     )
-    decision = gateway.decide(x_speculative, features)
+    decision = gateway.decide(x_speculative, features, options)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
-    run = await gateway.start(decision, completion_id, messages, options, "chat")
+    run = await gateway.start(decision, completion_id, [messages], options, "chat")
 
     def build_response(run: Run) -> ChatCompletion:
         return ChatCompletion(
@@ -56,9 +57,12 @@ async def create_chat_completion(
             model=gateway.model_id,
             choices=[
                 ChatChoice(
-                    index=index, message=AssistantMessage(content=text), finish_reason=finish
+                    index=index,
+                    message=AssistantMessage(content=choice.text),
+                    logprobs=chat_logprobs(choice.logprobs),
+                    finish_reason=finish,
                 )
-                for index, text, finish in finished_choices(run)
+                for index, choice, finish in finished_choices(run)
             ],
             usage=usage(run),
             specgate=route_info(run),

@@ -11,11 +11,10 @@ from fastapi.responses import Response
 from app.api.respond import respond
 from app.api.sampling import sampling_options
 from app.deps import GatewayDep, SpeculativeHeader
-from app.errors import InvalidRequestError
-from app.formatting import finished_choices, route_headers, route_info, usage
+from app.formatting import completion_choice, finished_choices, route_headers, route_info, usage
 from app.generation import Run
 from app.routing.features import extract_features
-from app.schemas.completions import Completion, CompletionChoice, CompletionRequest
+from app.schemas.completions import Completion, CompletionRequest
 from app.streaming import completion_chunk_makers
 
 router = APIRouter()
@@ -30,21 +29,19 @@ async def create_completion(
 ) -> Response:
     """Create a text completion, streamed over SSE when `stream` is true."""
     gateway.check_model(body.model)
-    try:
-        prompt = body.single_prompt()
-    except ValueError as exc:
-        raise InvalidRequestError(str(exc), param="prompt") from exc
-    options = sampling_options(body, body.max_tokens, None)
+    prompts = body.prompts()
+    options = sampling_options(body, body.max_tokens, None, body.logprobs, bool(body.echo))
     features = extract_features(
-        prompt if isinstance(prompt, str) else "",
+        # Token-id prompts have no text to classify; they route on sampling alone.
+        "\n".join(prompt for prompt in prompts if isinstance(prompt, str)),
         temperature=options.temperature,
         top_p=options.top_p,
         max_tokens=options.max_tokens,
     )
-    decision = gateway.decide(x_speculative, features)
+    decision = gateway.decide(x_speculative, features, options)
     completion_id = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
-    run = await gateway.start(decision, completion_id, prompt, options, "completions")
+    run = await gateway.start(decision, completion_id, list(prompts), options, "completions")
 
     def build_response(run: Run) -> Completion:
         return Completion(
@@ -52,8 +49,8 @@ async def create_completion(
             created=created,
             model=gateway.model_id,
             choices=[
-                CompletionChoice(index=index, text=text, finish_reason=finish)
-                for index, text, finish in finished_choices(run)
+                completion_choice(index, choice, finish, with_logprobs=body.logprobs is not None)
+                for index, choice, finish in finished_choices(run)
             ],
             usage=usage(run),
             specgate=route_info(run),
@@ -64,7 +61,9 @@ async def create_completion(
         request,
         stream=body.stream,
         stream_options=body.stream_options,
-        chunk_makers=completion_chunk_makers(completion_id, created, gateway.model_id),
+        chunk_makers=completion_chunk_makers(
+            completion_id, created, gateway.model_id, with_logprobs=body.logprobs is not None
+        ),
         build_response=build_response,
         headers=route_headers(decision, completion_id),
     )

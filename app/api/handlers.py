@@ -10,8 +10,12 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from app.errors import SpecgateError, error_body
+from app.schemas.common import FieldError
 
 logger = logging.getLogger("specgate.errors")
+
+# Union members pydantic puts in an error's location ("prompt", "str").
+UNION_TAGS = {"str", "int", "float", "bool", "TextPart", "ResponseFormat", "StreamOptions"}
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -30,8 +34,11 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     location = [str(part) for part in first.get("loc", ()) if part not in ("body",)]
     param = _param_name(location)
     message = str(first.get("msg", "invalid request"))
+    cause = first.get("ctx", {}).get("error")
     if first.get("type") == "json_invalid":
         message, param = "The request body is not valid JSON.", None
+    elif isinstance(cause, FieldError):
+        message, param = str(cause), cause.param
     elif param:
         message = f"{message} (at '{param}')"
     return JSONResponse(
@@ -63,8 +70,8 @@ def _param_name(location: list[str]) -> str | None:
     for part in location:
         if part.isdigit():
             name += f"[{part}]"
-        elif part.startswith(("function-after", "function-before")):
-            continue
+        elif part.startswith(("function-", "list[", "dict[")) or part in UNION_TAGS:
+            continue  # pydantic's names for validators and union members, not fields
         else:
             name += f".{part}" if name else part
     return name or None

@@ -9,7 +9,11 @@ from app.schemas.common import RequestBase
 
 
 def sampling_options(
-    body: RequestBase, max_tokens: int | None, json_schema: dict[str, Any] | None
+    body: RequestBase,
+    max_tokens: int | None,
+    json_schema: dict[str, Any] | None,
+    logprobs: int | None = None,
+    echo: bool = False,
 ) -> SamplingOptions:
     temperature = body.temperature
     # top_p 0 keeps only the most likely token: that is greedy decoding.
@@ -25,4 +29,10 @@ def sampling_options(
         seed=body.seed,
         n=body.n,
         json_schema=json_schema,
+        top_k=body.top_k,
+        min_p=body.min_p,
+        repetition_penalty=body.repetition_penalty,
+        logit_bias=body.token_biases(),
+        logprobs=logprobs,
+        echo=echo,
     )

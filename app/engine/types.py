@@ -26,6 +26,15 @@ class SamplingOptions:
     n: int = 1
     # Structured output: a JSON schema, or {} for "any JSON object".
     json_schema: dict[str, object] | None = None
+    # vLLM's sampling extensions; None leaves the engine's default.
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: dict[int, float] | None = None
+    # Log probabilities: None for none; k for the sampled token plus its k best alternatives.
+    logprobs: int | None = None
+    # Return the prompt (and, with logprobs, the prompt's log probabilities) too.
+    echo: bool = False
 
 
 # A completion prompt (text or token ids) or a chat conversation.
@@ -63,6 +72,26 @@ class SpecDecodeStats:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One token's log probability and its best alternatives, most likely first.
+
+    `logprob` is None only for a prompt's first token, which nothing predicts.
+    """
+
+    token: str
+    logprob: float | None
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class PromptEcho:
+    """The prompt handed back to an echo request: its text and, with logprobs, its tokens."""
+
+    text: str
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+@dataclass(frozen=True)
 class ChoiceDelta:
     index: int
     text: str
@@ -70,6 +99,10 @@ class ChoiceDelta:
     finish_reason: FinishReason | None = None
     # Set on the final delta of a choice served by a speculative engine.
     spec: SpecDecodeStats | None = None
+    # One entry per new token, when the request asked for logprobs.
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    # On the first delta of each choice of an echo request.
+    echo: PromptEcho | None = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from vllm import SamplingParams
@@ -25,9 +26,11 @@ from app.engine.types import (
     FinishReason,
     GenerationRequest,
     GenerationStep,
+    PromptEcho,
     Route,
     SamplingOptions,
     SpecDecodeStats,
+    TokenLogprob,
 )
 from app.errors import (
     ContextLengthError,
@@ -91,18 +94,29 @@ class VllmEngine:
         return cls(AsyncLLM.from_engine_args(args), route)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
+        # Everything the request could get wrong is checked here, before vLLM sees it.
+        options = request.options
         prompt_ids = self._prompt_token_ids(request.prompt)
-        self._check_context(len(prompt_ids), request.options.max_tokens)
-        params = self._sampling_params(request.options)
+        self._check_context(len(prompt_ids), options.max_tokens)
+        self._check_logit_bias(options.logit_bias)
+        params = self._sampling_params(options)
         stream = self._running().generate(
             {"prompt_token_ids": prompt_ids}, params, request_id=request.request_id
         )
+        echo: PromptEcho | None = None
+        echoed: set[int] = set()
         try:
             async for output in stream:
-                yield GenerationStep(
-                    prompt_tokens=len(prompt_ids),
-                    choices=[_choice_delta(choice) for choice in output.outputs],
-                )
+                choices = [self._choice_delta(choice, options) for choice in output.outputs]
+                if options.echo:
+                    # The prompt's logprobs come once, on the request's first output.
+                    echo = echo or self._echo(request.prompt, prompt_ids, output, options)
+                    choices = [
+                        choice if choice.index in echoed else replace(choice, echo=echo)
+                        for choice in choices
+                    ]
+                    echoed.update(choice.index for choice in choices)
+                yield GenerationStep(prompt_tokens=len(prompt_ids), choices=choices)
         except (VLLMClientError, ValueError) as exc:
             raise InvalidRequestError(str(exc)) from exc
         except EngineDeadError as exc:
@@ -158,6 +172,70 @@ class VllmEngine:
         # The template already wrote the special tokens it wants.
         return list(self._tokenizer.encode(str(text), add_special_tokens=False))
 
+    def _check_logit_bias(self, logit_bias: dict[int, float] | None) -> None:
+        vocab = len(self._tokenizer)
+        outside = sorted(token for token in logit_bias or {} if not 0 <= token < vocab)
+        if outside:
+            raise InvalidRequestError(
+                f"logit_bias names token ids outside the vocabulary [0, {vocab}): {outside[:5]}",
+                param="logit_bias",
+            )
+
+    def _choice_delta(self, choice: Any, options: SamplingOptions) -> ChoiceDelta:
+        finish: FinishReason | None = None
+        if choice.finish_reason is not None:
+            if choice.finish_reason == "error":
+                raise EngineFailureError("the engine failed while generating")
+            finish = "length" if choice.finish_reason == "length" else "stop"
+            if choice.finish_reason == "abort":
+                finish = "abort"
+        logprobs = None
+        if options.logprobs is not None and choice.logprobs is not None:
+            logprobs = self._token_logprobs(choice.token_ids, choice.logprobs, options.logprobs)
+        return ChoiceDelta(
+            index=choice.index,
+            text=choice.text,
+            new_tokens=len(choice.token_ids),
+            finish_reason=finish,
+            spec=_spec_stats(choice.spec_decode_metrics),
+            logprobs=logprobs,
+        )
+
+    def _echo(
+        self, prompt: Any, prompt_ids: list[int], output: Any, options: SamplingOptions
+    ) -> PromptEcho:
+        text = prompt if isinstance(prompt, str) else str(self._tokenizer.decode(prompt_ids))
+        logprobs = None
+        if options.logprobs is not None and output.prompt_logprobs is not None:
+            logprobs = self._token_logprobs(prompt_ids, output.prompt_logprobs, options.logprobs)
+        return PromptEcho(text, logprobs)
+
+    def _token_logprobs(
+        self, token_ids: list[int], positions: Any, top: int
+    ) -> tuple[TokenLogprob, ...]:
+        """vLLM's per-position {token id: Logprob} maps, as TokenLogprobs."""
+        entries = []
+        for token_id, position in zip(token_ids, positions, strict=False):
+            if position is None:  # the prompt's first token: nothing predicted it
+                entries.append(TokenLogprob(self._token_text(token_id, None), None))
+                continue
+            chosen = position[token_id]
+            best = sorted(position.items(), key=lambda item: -item[1].logprob)[:top]
+            entries.append(
+                TokenLogprob(
+                    self._token_text(token_id, chosen.decoded_token),
+                    _finite(chosen.logprob),
+                    tuple(
+                        (self._token_text(i, lp.decoded_token), _finite(lp.logprob))
+                        for i, lp in best
+                    ),
+                )
+            )
+        return tuple(entries)
+
+    def _token_text(self, token_id: int, decoded: str | None) -> str:
+        return decoded if decoded is not None else str(self._tokenizer.decode([token_id]))
+
     def _check_context(self, prompt_tokens: int, max_tokens: int | None) -> None:
         wanted = prompt_tokens + (max_tokens or 1)
         if wanted > self.max_model_len:
@@ -187,28 +265,23 @@ class VllmEngine:
                 max_tokens=options.max_tokens,
                 stop=list(options.stop),
                 seed=options.seed,
+                # vLLM's "off" values: top_k 0, min_p 0, repetition_penalty 1.
+                top_k=options.top_k or 0,
+                min_p=options.min_p or 0.0,
+                repetition_penalty=options.repetition_penalty or 1.0,
+                logit_bias=options.logit_bias,
+                logprobs=options.logprobs,
+                prompt_logprobs=options.logprobs if options.echo else None,
                 structured_outputs=structured,
                 output_kind=RequestOutputKind.DELTA,
             )
-        except ValueError as exc:
-            raise InvalidRequestError(str(exc)) from exc
+        except (VLLMClientError, ValueError) as exc:
+            raise InvalidRequestError(str(exc), param=getattr(exc, "parameter", None)) from exc
 
 
-def _choice_delta(choice: Any) -> ChoiceDelta:
-    finish: FinishReason | None = None
-    if choice.finish_reason is not None:
-        if choice.finish_reason == "error":
-            raise EngineFailureError("the engine failed while generating")
-        finish = "length" if choice.finish_reason == "length" else "stop"
-        if choice.finish_reason == "abort":
-            finish = "abort"
-    return ChoiceDelta(
-        index=choice.index,
-        text=choice.text,
-        new_tokens=len(choice.token_ids),
-        finish_reason=finish,
-        spec=_spec_stats(choice.spec_decode_metrics),
-    )
+def _finite(logprob: float) -> float:
+    # JSON has no -inf; OpenAI reports "very unlikely" as -9999.0.
+    return max(logprob, -9999.0)
 
 
 def _spec_stats(metrics: RequestSpecDecodeMetrics | None) -> SpecDecodeStats | None:

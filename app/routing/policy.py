@@ -1,6 +1,7 @@
 """The routing decision for one request.
 
-In order: the client's X-Speculative header, an operator's pinned classes, a temperature
+In order: fields vLLM cannot serve while drafting, the client's X-Speculative header,
+an operator's pinned classes, a temperature
 ceiling, the load in flight, the class's rolling acceptance, and finally the
 learned expected speed-up. A small share of `auto` traffic explores the other engine so
 that a class routed badly can recover.
@@ -22,7 +23,9 @@ from app.routing.learner import Learner
 HEADER = "X-Speculative"
 Preference = Literal["on", "off", "auto"]
 # Low-cardinality names of why a route was chosen, for metrics.
-Basis = Literal["header", "pinned", "temperature", "load", "acceptance", "learned", "explore"]
+Basis = Literal[
+    "header", "unsupported", "pinned", "temperature", "load", "acceptance", "learned", "explore"
+]
 # Acceptance must have been seen this often before it can veto speculation.
 MIN_ACCEPTANCE_SAMPLES = 3
 
@@ -65,9 +68,25 @@ class Router:
         self._rng = rng or random.Random()
 
     def decide(
-        self, preference: Preference, features: RequestFeatures, load: int = 0
+        self,
+        preference: Preference,
+        features: RequestFeatures,
+        load: int = 0,
+        not_speculable: str | None = None,
     ) -> RouteDecision:
+        """`not_speculable` names request fields that vLLM cannot serve while drafting."""
         workload = classify(features)
+        if not_speculable and preference != "off":
+            if preference == "on":
+                raise InvalidRequestError(
+                    f"{not_speculable} cannot be used with speculative decoding; send "
+                    f"{HEADER}: off or auto",
+                    param=HEADER,
+                    code="unsupported_with_speculation",
+                )
+            return RouteDecision(
+                "plain", workload, "unsupported", f"{not_speculable}: not supported while drafting"
+            )
         if preference != "auto":
             route: Route = "speculative" if preference == "on" else "plain"
             return RouteDecision(route, workload, "header", f"header: {HEADER} {preference}")

@@ -6,7 +6,17 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from app.schemas.common import MaxTokensField, RequestBase, RouteInfo, Usage
+from app.schemas.common import (
+    MAX_LOGPROBS,
+    FieldError,
+    MaxTokensField,
+    RequestBase,
+    RouteInfo,
+    Usage,
+)
+
+# tool_choice values that ask for no tool call, harmless without tools.
+NO_TOOL_CHOICES = (None, "none", "auto")
 
 
 class TextPart(BaseModel):
@@ -40,27 +50,36 @@ class ResponseFormat(BaseModel):
     @model_validator(mode="after")
     def _schema_when_needed(self) -> ResponseFormat:
         if self.type == "json_schema" and self.json_schema is None:
-            raise ValueError("response_format.json_schema is required for type json_schema")
+            raise FieldError("response_format.json_schema", "is required for type json_schema")
         return self
 
 
 class ChatCompletionRequest(RequestBase):
-    unsupported_fields: ClassVar[tuple[str, ...]] = (
-        "tools",
-        "tool_choice",
-        "functions",
-        "function_call",
-        "logprobs",
-        "top_logprobs",
-        "logit_bias",
-        "audio",
-        "prediction",
-    )
+    # The embedded model has no tool-call format, so tools are refused rather than ignored.
+    unsupported_fields: ClassVar[tuple[str, ...]] = ("tools", "functions", "audio", "prediction")
 
     messages: list[ChatMessageIn] = Field(min_length=1)
     max_tokens: int | None = MaxTokensField
     max_completion_tokens: int | None = MaxTokensField
     response_format: ResponseFormat | None = None
+    logprobs: bool | None = Field(None, description="Return each output token's logprob.")
+    top_logprobs: int | None = Field(
+        None, ge=0, le=MAX_LOGPROBS, description="Alternatives per token; needs logprobs."
+    )
+
+    @model_validator(mode="after")
+    def _check_chat(self) -> ChatCompletionRequest:
+        extra = self.model_extra or {}
+        for name in ("tool_choice", "function_call"):
+            if extra.get(name) not in NO_TOOL_CHOICES:
+                raise FieldError(name, "is not supported: this server serves no tools")
+        if self.top_logprobs and not self.logprobs:
+            raise FieldError("top_logprobs", "needs logprobs set to true")
+        return self
+
+    def logprob_count(self) -> int | None:
+        """Alternatives per token for the engine, or None without logprobs."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def token_limit(self) -> int | None:
         # max_completion_tokens is the newer name; it wins when both are sent.
@@ -75,6 +94,21 @@ class ChatCompletionRequest(RequestBase):
         return {}
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprobOut(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[TokenLogprobOut] | None
+    refusal: list[TokenLogprobOut] | None = None
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
@@ -84,7 +118,7 @@ class AssistantMessage(BaseModel):
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: Literal["stop", "length"]
 
 
@@ -106,7 +140,7 @@ class ChatDelta(BaseModel):
 class ChatChunkChoice(BaseModel):
     index: int
     delta: ChatDelta
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: Literal["stop", "length"] | None = None
 
 

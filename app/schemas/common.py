@@ -14,8 +14,18 @@ PenaltyField = Field(None, ge=-2, le=2)
 SeedField = Field(None, description="Seed for reproducible sampling.")
 NField = Field(1, ge=1, le=16, description="How many choices to generate.")
 StopField = Field(None, description="Up to 4 sequences that end generation.")
+# The engine's limit on alternatives per token (vLLM's max_logprobs).
+MAX_LOGPROBS = 20
 
 Stop = str | list[str] | None
+
+
+class FieldError(ValueError):
+    """A check across fields failed; `param` names the field the client should fix."""
+
+    def __init__(self, param: str, problem: str) -> None:
+        super().__init__(f"'{param}' {problem}")
+        self.param = param
 
 
 class StreamOptions(BaseModel):
@@ -40,22 +50,43 @@ class RequestBase(BaseModel):
     frequency_penalty: float | None = PenaltyField
     seed: int | None = SeedField
     stop: Stop = StopField
+    logit_bias: dict[str, float] | None = Field(
+        None, description="Token id -> bias in [-100, 100] added to its logit."
+    )
     user: str | None = None
+    # vLLM's sampling extensions.
+    top_k: int | None = Field(None, ge=-1, description="vLLM extension: sample from the k best.")
+    min_p: float | None = Field(
+        None, ge=0, le=1, description="vLLM extension: drop tokens below min_p x the best."
+    )
+    repetition_penalty: float | None = Field(
+        None, gt=0, le=2, description="vLLM extension: >1 discourages repeating tokens."
+    )
 
     @model_validator(mode="after")
     def _check_common(self) -> RequestBase:
         if self.stream_options is not None and not self.stream:
-            raise ValueError("stream_options is only allowed when stream is true")
+            raise FieldError("stream_options", "is only allowed when stream is true")
         stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
         if len(stops) > 4:
-            raise ValueError("stop may hold at most 4 sequences")
+            raise FieldError("stop", "may hold at most 4 sequences")
         if any(not s for s in stops):
-            raise ValueError("stop sequences must not be empty")
+            raise FieldError("stop", "sequences must not be empty")
+        for token, bias in (self.logit_bias or {}).items():
+            if not token.strip().isdigit():
+                raise FieldError("logit_bias", f"keys must be token ids, got {token!r}")
+            if not -100 <= bias <= 100:
+                raise FieldError("logit_bias", f"values must lie in [-100, 100], got {bias}")
         for name in self.unsupported_fields:
             value = (self.model_extra or {}).get(name)
             if value not in (None, False, [], {}):
-                raise ValueError(f"'{name}' is not supported by this server")
+                raise FieldError(name, "is not supported by this server")
         return self
+
+    def token_biases(self) -> dict[int, float] | None:
+        if not self.logit_bias:
+            return None
+        return {int(token): bias for token, bias in self.logit_bias.items()}
 
     def stop_sequences(self) -> tuple[str, ...]:
         if self.stop is None:

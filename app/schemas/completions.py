@@ -6,43 +6,58 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from app.schemas.common import RequestBase, RouteInfo, Usage
+from app.schemas.common import MAX_LOGPROBS, FieldError, RequestBase, RouteInfo, Usage
 
 Prompt = str | list[str] | list[int] | list[list[int]]
+# Prompts in one request; each runs as its own engine request.
+MAX_PROMPTS = 32
 
 
 class CompletionRequest(RequestBase):
-    unsupported_fields: ClassVar[tuple[str, ...]] = ("logprobs", "echo", "suffix", "logit_bias")
+    unsupported_fields: ClassVar[tuple[str, ...]] = ("suffix",)
 
     prompt: Prompt
     # OpenAI's legacy completions default to 16 tokens.
     max_tokens: int | None = Field(16, ge=1, description="Upper bound on generated tokens.")
     best_of: int | None = Field(None, ge=1)
+    logprobs: int | None = Field(
+        None, ge=0, le=MAX_LOGPROBS, description="Logprobs of the sampled and k best tokens."
+    )
+    echo: bool | None = Field(None, description="Return the prompt before the completion.")
 
     @model_validator(mode="after")
-    def _one_prompt(self) -> CompletionRequest:
+    def _check_prompts(self) -> CompletionRequest:
         if self.best_of is not None and self.best_of != self.n:
-            raise ValueError("best_of other than n is not supported")
-        if isinstance(self.prompt, list) and (
-            not self.prompt or isinstance(self.prompt[0], (str, list))
-        ):
-            if len(self.prompt) != 1:
-                raise ValueError("prompt must be one string or one list of token ids")
+            raise FieldError("best_of", "other than n is not supported")
+        prompts = self.prompts()
+        if not prompts or any(not prompt for prompt in prompts):
+            raise FieldError("prompt", "must not be empty")
+        if len(prompts) > MAX_PROMPTS:
+            raise FieldError("prompt", f"may hold at most {MAX_PROMPTS} prompts")
         return self
 
-    def single_prompt(self) -> str | list[int]:
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts, each a string or a list of token ids."""
         prompt = self.prompt
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-            return prompt[0]
-        if isinstance(prompt, str) and not prompt:
-            raise ValueError("prompt must not be empty")
-        return prompt  # type: ignore[return-value]
+        if isinstance(prompt, str):
+            return [prompt]
+        if prompt and all(isinstance(item, int) for item in prompt):
+            return [prompt]  # type: ignore[list-item]  # one prompt of token ids
+        return list(prompt)  # type: ignore[arg-type]
+
+
+class CompletionLogprobs(BaseModel):
+    text_offset: list[int]
+    # None only for an echoed prompt's first token, as OpenAI sends it.
+    token_logprobs: list[float | None]
+    tokens: list[str]
+    top_logprobs: list[dict[str, float] | None]
 
 
 class CompletionChoice(BaseModel):
     index: int
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: Literal["stop", "length"] | None
 
 
