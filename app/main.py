@@ -8,6 +8,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import FastAPI
 
 from app.api import chat, completions, models, monitoring, routing
+from app.api.api_keys import ApiKeyGuard
 from app.api.body_guard import BodyGuard
 from app.api.handlers import install_error_handlers
 from app.engine.base import Engine
@@ -61,6 +62,10 @@ def create_app(settings: Settings, engines: Mapping[Route, Engine] | None = None
     )
     install_error_handlers(app)
     app.add_middleware(BodyGuard, max_body_bytes=settings.max_request_body_bytes)
+    # Added last, so it runs first: strangers are refused before their body is read.
+    app.add_middleware(
+        ApiKeyGuard, keys=settings.api_keys(), protect_metrics=settings.metrics_need_key
+    )
     for module in (chat, completions, models, monitoring, routing):
         app.include_router(module.router)
     return app

@@ -10,10 +10,10 @@ ask vLLM which platform it runs on.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "specgate"
 DEFAULT_NGRAM_TOKENS = 5
@@ -127,6 +127,21 @@ class Settings(BaseSettings):
         "(except to explore).",
     )
 
+    # -- access ----------------------------------------------------------------------------------
+    api_key: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="A key clients must send as 'Authorization: Bearer <key>' on /v1/*. Repeat "
+        "the flag, or separate keys with commas (SPECGATE_API_KEY=k1,k2). Default: no keys, "
+        "the API is open.",
+    )
+    api_key_file: Path | None = Field(
+        None, description="A file of keys, one per line (blank lines and # comments skipped)."
+    )
+    metrics_need_key: bool = Field(
+        False,
+        description="Require a key on /metrics too. /health always stays open for probes.",
+    )
+
     # -- serving ---------------------------------------------------------------------------------
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(8000, ge=0, lt=65536, description="Port to listen on.")
@@ -144,9 +159,20 @@ class Settings(BaseSettings):
         description="On SIGINT/SIGTERM, how long open streams may finish before engines stop.",
     )
 
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _split_keys(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [key.strip() for key in value.split(",") if key.strip()]
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> Settings:
         self.engine_speculative_config()
+        try:
+            self.api_keys()
+        except OSError as exc:
+            raise ValueError(f"cannot read --api-key-file: {exc}") from exc
         from app.routing.classify import WorkloadClass
 
         known = {workload.value for workload in WorkloadClass}
@@ -156,6 +182,14 @@ class Settings(BaseSettings):
                 f"routing_pins names unknown classes {sorted(unknown)}; known: {sorted(known)}"
             )
         return self
+
+    def api_keys(self) -> list[str]:
+        """Every accepted key: the flags' and the key file's."""
+        keys = list(self.api_key)
+        if self.api_key_file is not None:
+            lines = self.api_key_file.read_text().splitlines()
+            keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+        return keys
 
     @property
     def model_id(self) -> str:

@@ -6,11 +6,9 @@ up to the limit, and replayed to the app.
 
 from __future__ import annotations
 
-import json
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import error_body
+from app.api.raw_errors import send_error
 
 BODY_METHODS = {"POST", "PUT", "PATCH"}
 
@@ -80,17 +78,5 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 async def _refuse(send: Send, status: int, message: str) -> None:
     code = {413: "request_too_large", 415: "unsupported_media_type"}[status]
-    payload = json.dumps(error_body(message, "invalid_request_error", None, code)).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-                # The rest of the body is unread; the client must not reuse the connection.
-                (b"connection", b"close"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
+    # The rest of the body is unread; the client must not reuse the connection.
+    await send_error(send, status, message, code, ((b"connection", b"close"),))
