@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import sys
 
 import psutil
@@ -33,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
             host=settings.host,
             port=settings.port,
             log_level=settings.log_level,
-            timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
+            # A little past the streams' own grace, so they end first and cleanly.
+            timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_seconds) + 1,
         )
     except KeyboardInterrupt:
         return 130  # a second Ctrl-C, during start-up or shutdown

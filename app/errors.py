@@ -5,7 +5,9 @@
     │   └── ContextLengthError    400, code context_length_exceeded
     ├── ModelNotFoundError        404 invalid_request_error, code model_not_found
     ├── NotFoundError             404 for unknown paths
+    ├── OverloadedError           429 rate_limit_exceeded: the engine's queue is full
     ├── EngineUnavailableError    503 service_unavailable: an engine is dead or shutting down
+    │   └── QueueTimeoutError     503, code queue_timeout: waited too long for a slot
     └── EngineFailureError        500 server_error: the engine failed mid-request
 
 Routes raise these; one handler (app.api.handlers) turns them into responses.
@@ -21,11 +23,23 @@ class SpecgateError(Exception):
     error_type = "server_error"
     default_code: str | None = None
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        retry_after: int | None = None,
+    ):
         super().__init__(message)
         self.message = message
         self.param = param
         self.code = code if code is not None else self.default_code
+        # Seconds a client should wait before trying again (the Retry-After header).
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {} if self.retry_after is None else {"Retry-After": str(self.retry_after)}
 
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.error_type, self.param, self.code)
@@ -52,10 +66,21 @@ class NotFoundError(SpecgateError):
     default_code = "not_found"
 
 
+class OverloadedError(SpecgateError):
+    status_code = 429
+    # OpenAI's SDKs retry a 429 on their own, honouring Retry-After.
+    error_type = "rate_limit_exceeded"
+    default_code = "engine_at_capacity"
+
+
 class EngineUnavailableError(SpecgateError):
     status_code = 503
     error_type = "service_unavailable"
     default_code = "engine_unavailable"
+
+
+class QueueTimeoutError(EngineUnavailableError):
+    default_code = "queue_timeout"
 
 
 class EngineFailureError(SpecgateError):

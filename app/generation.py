@@ -38,6 +38,7 @@ class Run:
     decision: RouteDecision
     endpoint: Endpoint
     on_finish: Callable[[Run], None]
+    request_id: str = ""
     prompt_tokens: int = 0
     choices: dict[int, ChoiceResult] = field(default_factory=dict)
     spec: SpecDecodeStats | None = None
@@ -55,13 +56,14 @@ class Run:
         decision: RouteDecision,
         endpoint: Endpoint,
         on_finish: Callable[[Run], None],
+        request_id: str = "",
     ) -> Run:
         """Wait for the first of the engine's `steps` (its request is submitted by then).
 
         Errors the engine finds in the request surface here, while the caller can still
         answer with an error status instead of a broken stream.
         """
-        run = cls(decision, endpoint, on_finish)
+        run = cls(decision, endpoint, on_finish, request_id)
         run._steps = steps
         try:
             run._first = await anext(run._steps)

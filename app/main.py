@@ -7,6 +7,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
+from app.admission import Admission
 from app.api import chat, completions, models, monitoring, routing
 from app.api.api_keys import ApiKeyGuard
 from app.api.body_guard import BodyGuard
@@ -32,6 +33,30 @@ def build_router(settings: Settings) -> Router:
     return Router(rules, Learner())
 
 
+def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gateway:
+    metrics = GatewayMetrics()
+    admissions = {}
+    for route, engine in engines.items():
+        metrics.watch_engine(route, engine.unfinished_requests)
+        admission = Admission(
+            route,
+            settings.max_running_requests,
+            settings.max_queued_requests,
+            settings.queue_timeout_seconds,
+        )
+        metrics.watch_queue(route, admission.queued)
+        admissions[route] = admission
+    return Gateway(
+        settings.model_id,
+        engines,
+        admissions,
+        metrics,
+        build_router(settings),
+        shutdown_grace_seconds=settings.shutdown_grace_seconds,
+        log_requests=settings.log_requests,
+    )
+
+
 def create_app(settings: Settings, engines: Mapping[Route, Engine] | None = None) -> FastAPI:
     """The app. Given `engines` (a fake, in tests), it uses them; otherwise it starts vLLM."""
 
@@ -44,10 +69,7 @@ def create_app(settings: Settings, engines: Mapping[Route, Engine] | None = None
                 running = await start_vllm_engines(settings, stack)
             else:
                 running = dict(engines)
-            metrics = GatewayMetrics()
-            for route, engine in running.items():
-                metrics.watch_engine(route, engine.unfinished_requests)
-            app.state.gateway = Gateway(settings.model_id, running, metrics, build_router(settings))
+            app.state.gateway = build_gateway(settings, running)
             try:
                 yield
             finally:

@@ -53,7 +53,7 @@ class GatewayMetrics:
         self.decisions = Counter(
             "specgate_routing_decisions",
             "Routing decisions by workload class, chosen engine and basis (header, unsupported, "
-            "pinned, temperature, load, acceptance, learned, explore).",
+            "pinned, temperature, load, acceptance, learned, explore, fallback).",
             ["workload_class", "engine", "basis"],
             registry=r,
         )
@@ -92,6 +92,18 @@ class GatewayMetrics:
             ["engine"],
             registry=r,
         )
+        self.queued = Gauge(
+            "specgate_queued_requests",
+            "Requests waiting in specgate's queue for a slot on the engine.",
+            ["engine"],
+            registry=r,
+        )
+        self.rejected = Counter(
+            "specgate_rejected_requests",
+            "Requests refused by admission control: at_capacity (429) or queue_timeout (503).",
+            ["engine", "reason"],
+            registry=r,
+        )
         self.spec_draft_tokens = Counter(
             "specgate_spec_decode_draft_tokens", "Draft tokens proposed.", ["engine"], registry=r
         )
@@ -101,6 +113,11 @@ class GatewayMetrics:
             ["engine"],
             registry=r,
         )
+
+    def watch_queue(self, route: Route, waiting: Callable[[], int]) -> None:
+        self.queued.labels(engine=route).set_function(waiting)
+        for reason in ("at_capacity", "queue_timeout"):
+            self.rejected.labels(engine=route, reason=reason)
 
     def watch_engine(self, route: Route, unfinished: Callable[[], int]) -> None:
         self.engine_unfinished.labels(engine=route).set_function(unfinished)

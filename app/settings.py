@@ -127,6 +127,21 @@ class Settings(BaseSettings):
         "(except to explore).",
     )
 
+    # -- admission -------------------------------------------------------------------------------
+    max_running_requests: int = Field(
+        64,
+        gt=0,
+        description="Requests each engine holds at once. More wait in specgate's queue.",
+    )
+    max_queued_requests: int = Field(
+        128,
+        ge=0,
+        description="Requests that may wait per engine. Past that, a 429 with Retry-After.",
+    )
+    queue_timeout_seconds: float = Field(
+        30.0, gt=0, description="A queued request waiting longer gets a 503 with Retry-After."
+    )
+
     # -- access ----------------------------------------------------------------------------------
     api_key: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -153,10 +168,15 @@ class Settings(BaseSettings):
         gt=0,
         description="Larger request bodies get a 413 before they are parsed.",
     )
+    log_requests: bool = Field(
+        False,
+        description="Log every prompt and output. Off by default: they are your users' data.",
+    )
     shutdown_grace_seconds: float = Field(
         10.0,
         ge=0,
-        description="On SIGINT/SIGTERM, how long open streams may finish before engines stop.",
+        description="On SIGINT/SIGTERM: new connections are refused at once; requests in flight "
+        "may finish for this long; the rest are then aborted and the engines stopped.",
     )
 
     @field_validator("api_key", mode="before")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from app.engine.fake import FakeEngine
 from app.gateway import Gateway
-from app.main import build_router
-from app.metrics import GatewayMetrics
+from app.main import build_gateway
 from app.routing.features import extract_features
 from app.settings import Settings
 
@@ -14,8 +13,8 @@ JSON_TASK = extract_features('[{"a": 1, "b": 2},\n {"a": 3, "b": 4},\n {"a": 5,'
 
 def gateway() -> tuple[Gateway, dict[str, FakeEngine]]:
     engines = {"speculative": FakeEngine("speculative"), "plain": FakeEngine("plain")}
-    router = build_router(Settings(routing_exploration=0, routing_max_speculative_load=4))
-    return Gateway("m", engines, GatewayMetrics(), router), engines  # type: ignore[arg-type]
+    settings = Settings(routing_exploration=0, routing_max_speculative_load=4)
+    return build_gateway(settings, engines), engines  # type: ignore[arg-type]
 
 
 def test_requests_on_either_engine_count_as_load() -> None:

@@ -76,4 +76,5 @@ async def create_chat_completion(
         chunk_makers=chat_chunk_makers(completion_id, created, gateway.model_id),
         build_response=build_response,
         headers=route_headers(decision, completion_id),
+        shutdown_grace_seconds=gateway.shutdown_grace_seconds,
     )

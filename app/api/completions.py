@@ -66,4 +66,5 @@ async def create_completion(
         ),
         build_response=build_response,
         headers=route_headers(decision, completion_id),
+        shutdown_grace_seconds=gateway.shutdown_grace_seconds,
     )

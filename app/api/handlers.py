@@ -26,7 +26,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 async def _specgate_error(request: Request, exc: SpecgateError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status_code)
+    return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers())
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -30,13 +30,18 @@ async def respond(
     chunk_makers: tuple[ChunkMaker, UsageChunkMaker],
     build_response: Callable[[Run], BaseModel],
     headers: dict[str, str],
+    shutdown_grace_seconds: float = 0.0,
 ) -> Response:
     if stream:
         include_usage = bool(stream_options and stream_options.include_usage)
         chunk, usage_chunk = chunk_makers
         # "\n" line ends, as OpenAI sends them; some clients split events on "\n\n" only.
         return EventSourceResponse(
-            sse_events(run, chunk, usage_chunk, include_usage), headers=headers, sep="\n"
+            sse_events(run, chunk, usage_chunk, include_usage),
+            headers=headers,
+            sep="\n",
+            # On SIGTERM, let the stream finish for this long before it is cut (and aborted).
+            shutdown_grace_period=shutdown_grace_seconds,
         )
     if not await _collect_unless_disconnected(run, request):
         return Response(status_code=CLIENT_CLOSED_REQUEST)

@@ -23,6 +23,10 @@ class Engine(Protocol):
         """Requests the engine still holds (running, queued, or not yet cleaned up)."""
         ...
 
+    def is_alive(self) -> bool:
+        """False once the engine has died or stopped; cheap enough to ask per request."""
+        ...
+
     async def check_health(self) -> None:
         """Raise if the engine cannot serve."""
         ...

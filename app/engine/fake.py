@@ -19,7 +19,12 @@ from app.engine.types import (
     Route,
     SpecDecodeStats,
 )
-from app.errors import ContextLengthError, EngineFailureError, InvalidRequestError
+from app.errors import (
+    ContextLengthError,
+    EngineFailureError,
+    EngineUnavailableError,
+    InvalidRequestError,
+)
 
 FAIL_MIDSTREAM = "<fail-midstream>"
 
@@ -32,8 +37,12 @@ class FakeEngine:
         self.max_model_len = max_model_len
         self.seconds_per_token = seconds_per_token
         self.active: set[str] = set()
+        # Tests set this to False to play a dead engine.
+        self.alive = True
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
+        if not self.alive:
+            raise EngineUnavailableError(f"the {self.route} engine has stopped")
         words = _prompt_words(request.prompt)
         options = request.options
         limit = options.max_tokens or self.max_model_len - len(words)
@@ -77,8 +86,12 @@ class FakeEngine:
     def unfinished_requests(self) -> int:
         return len(self.active)
 
+    def is_alive(self) -> bool:
+        return self.alive
+
     async def check_health(self) -> None:
-        return None
+        if not self.alive:
+            raise EngineUnavailableError(f"the {self.route} engine has stopped")
 
     async def aclose(self) -> None:
         return None

@@ -130,6 +130,9 @@ class VllmEngine:
     def unfinished_requests(self) -> int:
         return 0 if self._llm is None else self._llm.get_num_unfinished_requests()
 
+    def is_alive(self) -> bool:
+        return self._llm is not None and not self._llm.errored
+
     async def check_health(self) -> None:
         try:
             await self._running().check_health()

@@ -24,7 +24,15 @@ HEADER = "X-Speculative"
 Preference = Literal["on", "off", "auto"]
 # Low-cardinality names of why a route was chosen, for metrics.
 Basis = Literal[
-    "header", "unsupported", "pinned", "temperature", "load", "acceptance", "learned", "explore"
+    "header",
+    "unsupported",
+    "pinned",
+    "temperature",
+    "load",
+    "acceptance",
+    "learned",
+    "explore",
+    "fallback",
 ]
 # Acceptance must have been seen this often before it can veto speculation.
 MIN_ACCEPTANCE_SAMPLES = 3
