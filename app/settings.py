@@ -71,6 +71,18 @@ class Settings(BaseSettings):
 
     # -- resources -------------------------------------------------------------------------------
     tensor_parallel_size: int = Field(1, gt=0, description="Tensor-parallel size of each engine.")
+    pipeline_parallel_size: int = Field(
+        1,
+        gt=0,
+        description="Pipeline-parallel size of each engine: its layers split into this many "
+        "stages, for models too big for one node. Each engine needs tensor x pipeline devices.",
+    )
+    distributed_executor_backend: Literal["mp", "ray"] | None = Field(
+        None,
+        description="How each engine starts its workers: 'mp' (processes on this node) or 'ray' "
+        "(a running Ray cluster, which can span nodes). Default: vLLM's choice, 'mp' when the "
+        "workers fit on this node.",
+    )
     gpu_memory_utilization: float = Field(
         0.9,
         gt=0,
