@@ -173,6 +173,11 @@ class Settings(BaseSettings):
             return self.served_model_name
         return self.model.rstrip("/").split("/")[-1] if self.model else MODEL_NAME
 
+    @property
+    def embedded_model_dir(self) -> Path:
+        """Where the embedded default model is prepared and looked for."""
+        return self.cache_dir / "models"
+
     def engine_speculative_config(self) -> dict[str, Any]:
         """The speculative engine's vLLM `speculative_config`, from the flags and the JSON."""
         config = dict(self.speculative_config or {})
