@@ -161,6 +161,8 @@ def test_the_cpu_image_installs_as_make_does_and_leaves_build_tools_behind() -> 
     cache = env_of(build)["SPECGATE_CACHE_DIR"]
     assert env_of(final)["SPECGATE_CACHE_DIR"] == cache
     assert f"--from=build {cache} {cache}" in values(final, "COPY")
+    # Converted by root, served by uid 10001: the folder is made readable to all.
+    assert f"chmod -R a+rX {cache}" in install
     assert "-slim-" in values(final, "FROM")[0]
     final_runs = " ".join(values(final, "RUN")).split()
     assert not BUILD_TOOLS & {word.partition("=")[0] for word in final_runs}
