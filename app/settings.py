@@ -80,7 +80,8 @@ class Settings(BaseSettings):
     distributed_executor_backend: Literal["mp", "ray"] | None = Field(
         None,
         description="How each engine starts its workers: 'mp' (processes on this node) or 'ray' "
-        "(a running Ray cluster, which can span nodes). Default: vLLM's choice, 'mp' when the "
+        "(a running Ray cluster, which can span nodes). Under Ray every worker reserves a whole "
+        "GPU, so the two engines need separate GPUs. Default: vLLM's choice, 'mp' when the "
         "workers fit on this node.",
     )
     gpu_memory_utilization: float = Field(
