@@ -71,6 +71,19 @@ class Settings(BaseSettings):
 
     # -- resources -------------------------------------------------------------------------------
     tensor_parallel_size: int = Field(1, gt=0, description="Tensor-parallel size of each engine.")
+    pipeline_parallel_size: int = Field(
+        1,
+        gt=0,
+        description="Pipeline-parallel size of each engine: its layers split into this many "
+        "stages, for models too big for one node. Each engine needs tensor x pipeline devices.",
+    )
+    distributed_executor_backend: Literal["mp", "ray"] | None = Field(
+        None,
+        description="How each engine starts its workers: 'mp' (processes on this node) or 'ray' "
+        "(a running Ray cluster, which can span nodes). Under Ray every worker reserves a whole "
+        "GPU, so the two engines need separate GPUs. Default: vLLM's choice, 'mp' when the "
+        "workers fit on this node.",
+    )
     gpu_memory_utilization: float = Field(
         0.9,
         gt=0,
@@ -219,6 +232,11 @@ class Settings(BaseSettings):
         if self.served_model_name:
             return self.served_model_name
         return self.model.rstrip("/").split("/")[-1] if self.model else MODEL_NAME
+
+    @property
+    def embedded_model_dir(self) -> Path:
+        """Where the embedded default model is prepared and looked for."""
+        return self.cache_dir / "models"
 
     def engine_speculative_config(self) -> dict[str, Any]:
         """The speculative engine's vLLM `speculative_config`, from the flags and the JSON."""

@@ -66,3 +66,22 @@ def test_a_failed_conversion_leaves_nothing_behind(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="disk full"):
         prepare_embedded_model(tmp_path, failing)
     assert list(tmp_path.iterdir()) == []
+
+
+async def test_the_build_time_conversion_is_the_cache_the_server_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The CPU image runs `python -m app.prepare_model` at build time; a container started
+    # later with the same SPECGATE_CACHE_DIR must find the model without converting again.
+    from app import embedded_model, prepare_model
+    from app.engine.launch import resolve_model_path
+    from app.settings import Settings
+
+    convert = CountingConverter()
+    monkeypatch.setattr(embedded_model, "convert_gguf", convert)
+    monkeypatch.setenv("SPECGATE_CACHE_DIR", str(tmp_path))
+    assert prepare_model.main() == 0
+    printed = capsys.readouterr().out.strip()
+    assert await resolve_model_path(Settings()) == printed
+    assert Path(printed).parent.parent == tmp_path
+    assert convert.calls == 1

@@ -108,6 +108,8 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         ["--routing-pins", '{"poetry": "plain"}'],
         ["--routing-pins", '{"code": "sometimes"}'],
         ["--routing-exploration", "0.9"],
+        ["--pipeline-parallel-size", "0"],
+        ["--distributed-executor-backend", "external_launcher"],
     ],
 )
 def test_bad_values_are_refused(args: list[str]) -> None:

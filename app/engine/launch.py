@@ -20,7 +20,7 @@ ROUTES: tuple[Route, ...] = ("speculative", "plain")
 async def resolve_model_path(settings: Settings) -> str:
     if settings.model:
         return settings.model
-    folder = await asyncio.to_thread(prepare_embedded_model, settings.cache_dir / "models")
+    folder = await asyncio.to_thread(prepare_embedded_model, settings.embedded_model_dir)
     return str(folder)
 
 

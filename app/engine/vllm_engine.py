@@ -70,6 +70,8 @@ def engine_args(settings: Settings, model_path: str, route: Route) -> AsyncEngin
         dtype=dtype,  # type: ignore[arg-type]  # vLLM validates the name itself
         max_model_len=settings.max_model_len,  # type: ignore[arg-type]  # None: the model's
         tensor_parallel_size=settings.tensor_parallel_size,
+        pipeline_parallel_size=settings.pipeline_parallel_size,
+        distributed_executor_backend=settings.distributed_executor_backend,
         gpu_memory_utilization=settings.engine_memory_fraction(speculative),
         kv_cache_memory_bytes=kv_cache_bytes,
         enforce_eager=enforce_eager,

@@ -1,0 +1,47 @@
+"""`engine_args`: settings -> vLLM's AsyncEngineArgs. Imports vllm, starts no engine."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic_settings import CliApp
+
+from app.engine.vllm_engine import engine_args
+from app.settings import Settings
+
+# Two nodes' worth of model: each engine spans TP 2 x PP 2 workers on a Ray cluster.
+MULTI_NODE = [
+    "--model", "meta-llama/Llama-3.1-405B-Instruct",
+    "--speculative-model", "meta-llama/Llama-3.2-1B-Instruct",
+    "--num-speculative-tokens", "4",
+    "--tensor-parallel-size", "2",
+    "--pipeline-parallel-size", "2",
+    "--distributed-executor-backend", "ray",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("route", ["speculative", "plain"])
+def test_parallelism_reaches_both_engines(route: str) -> None:
+    settings = CliApp.run(Settings, cli_args=MULTI_NODE)
+    args = engine_args(settings, "/models/405b", route)  # type: ignore[arg-type]
+    assert args.model == "/models/405b"
+    assert args.tensor_parallel_size == 2
+    assert args.pipeline_parallel_size == 2
+    assert args.distributed_executor_backend == "ray"
+    assert args.served_model_name == ["Llama-3.1-405B-Instruct"]
+
+
+def test_only_the_speculative_engine_drafts() -> None:
+    settings = CliApp.run(Settings, cli_args=MULTI_NODE)
+    speculative = engine_args(settings, "/models/405b", "speculative")
+    plain = engine_args(settings, "/models/405b", "plain")
+    assert speculative.speculative_config == {
+        "model": "meta-llama/Llama-3.2-1B-Instruct",
+        "num_speculative_tokens": 4,
+    }
+    assert plain.speculative_config is None
+
+
+def test_by_default_each_engine_is_one_worker_and_vllm_picks_the_backend() -> None:
+    args = engine_args(Settings(), "/models/small", "plain")
+    assert (args.tensor_parallel_size, args.pipeline_parallel_size) == (1, 1)
+    assert args.distributed_executor_backend is None
