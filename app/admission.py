@@ -8,6 +8,7 @@ waits longer than `queue_timeout` gets a 503. Both carry Retry-After.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 
 from app.engine.types import Route
 from app.errors import OverloadedError, QueueTimeoutError
@@ -23,30 +24,45 @@ class Admission:
         self.max_running = max_running
         self.max_queued = max_queued
         self.queue_timeout = queue_timeout
-        self.waiting = 0
-        self._slots = asyncio.Semaphore(max_running)
+        self.running = 0
+        # Waiters in arrival order; leave() hands a freed slot straight to the first.
+        self._queue: deque[asyncio.Future[None]] = deque()
 
     def queued(self) -> int:
-        return self.waiting
+        return len(self._queue)
 
     async def enter(self) -> None:
         """Take a running slot, waiting in the queue if needed; raise if there is no room."""
-        if self._slots.locked() and self.waiting >= self.max_queued:
+        if self.running < self.max_running and not self._queue:
+            self.running += 1
+            return
+        if len(self._queue) >= self.max_queued:
             raise OverloadedError(
                 f"The {self.route} engine is at capacity ({self.max_running} running, "
                 f"{self.max_queued} queued). Retry after {RETRY_AFTER_SECONDS} s.",
                 retry_after=RETRY_AFTER_SECONDS,
             )
-        self.waiting += 1
+        turn = asyncio.get_running_loop().create_future()
+        self._queue.append(turn)
         try:
-            await asyncio.wait_for(self._slots.acquire(), self.queue_timeout)
-        except TimeoutError:
-            raise QueueTimeoutError(
-                f"The request waited {self.queue_timeout:g} s for the {self.route} engine.",
-                retry_after=RETRY_AFTER_SECONDS,
-            ) from None
-        finally:
-            self.waiting -= 1
+            async with asyncio.timeout(self.queue_timeout):
+                await turn
+        except BaseException as exc:
+            if turn.done() and not turn.cancelled():
+                self.leave()  # the slot arrived as we gave up: pass it on
+            else:
+                self._queue.remove(turn)
+            if isinstance(exc, TimeoutError):
+                raise QueueTimeoutError(
+                    f"The request waited {self.queue_timeout:g} s for the {self.route} engine.",
+                    retry_after=RETRY_AFTER_SECONDS,
+                ) from None
+            raise
 
     def leave(self) -> None:
-        self._slots.release()
+        while self._queue:
+            turn = self._queue.popleft()
+            if not turn.done():
+                turn.set_result(None)  # the slot changes hands; `running` stays the same
+                return
+        self.running -= 1

@@ -13,6 +13,14 @@ from app.embedded_model import MODEL_NAME
 from app.settings import Settings
 from tests.engine.server import ServerProcess
 
+MAX_RUNNING, MAX_QUEUED = 2, 2
+ADMISSION_ARGS = [
+    "--max-running-requests",
+    str(MAX_RUNNING),
+    "--max-queued-requests",
+    str(MAX_QUEUED),
+]
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
@@ -25,8 +33,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="package")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("server") / "specgate.log"
-    # No exploration: auto routing must be reproducible here.
-    process = ServerProcess(["--routing-exploration", "0"], log)
+    # No exploration: auto routing must be reproducible here. Small admission limits, so
+    # that test_load.py can push far past them.
+    args = ["--routing-exploration", "0", *ADMISSION_ARGS]
+    process = ServerProcess(args, log)
     process.wait_ready()
     print(f"\nspecgate ready in {process.startup_seconds:.1f} s (log: {log})")
     yield process
