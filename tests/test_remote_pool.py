@@ -218,3 +218,14 @@ async def test_closing_the_stream_early_closes_the_upstream_stream(
     # The connection is gone: vLLM aborts a request whose client leaves.
     assert a.open_streams == 0 and a.completed_streams == 0
     assert engine.unfinished_requests() == 0
+
+
+async def test_a_stream_cut_short_without_an_error_is_a_failure(
+    make_engine: EngineFactory,
+) -> None:
+    a = FakeUpstream("a")
+    engine = await make_engine(a)
+    a.events = lambda body, chat: FakeUpstream("a").events(body, chat)[:2]  # type: ignore[method-assign]
+    with pytest.raises(EngineFailureError, match="early"):
+        await collect(engine)
+    assert engine.upstream_status()[a.base_url] != "ok"

@@ -142,6 +142,12 @@ class RemoteEngine:
                     f"the {self.route} upstream {upstream.base_url} failed mid-stream: "
                     f"{describe_error(exc)}"
                 ) from exc
+            if not decoder.done:
+                # An OpenAI server always ends with [DONE]: without it, the upstream went away.
+                self.pool.eject(upstream, "a stream ended without [DONE]")
+                raise EngineFailureError(
+                    f"the {self.route} upstream {upstream.base_url} ended a stream early"
+                )
             for step in decoder.finish():
                 yield step
         finally:
