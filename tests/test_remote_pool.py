@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 
 import pytest
@@ -62,22 +62,31 @@ async def test_requests_go_to_the_upstream_with_the_fewest_outstanding(
     a, b = FakeUpstream("a"), FakeUpstream("b")
     a.hold, b.hold = asyncio.Event(), asyncio.Event()
     engine = await make_engine(a, b)
-    # Three streams held open after their first chunk: a, b, then a again (a tie goes to the
-    # upstream picked longest ago).
-    streams = [engine.generate(request()) for _ in range(3)]
-    for stream in streams:
+    streams: list[AsyncGenerator[GenerationStep, None]] = []
+
+    async def start_one() -> tuple[int, int]:
+        """Open a stream and keep it open; say how many requests each upstream has had."""
+        stream = engine.generate(request())
         await anext(stream)
-    assert (len(a.bodies), len(b.bodies)) == (2, 1)
+        streams.append(stream)
+        return len(a.bodies), len(b.bodies)
+
+    async def finish(stream: AsyncGenerator[GenerationStep, None], hold: asyncio.Event) -> None:
+        hold.set()
+        async for _ in stream:
+            pass
+
+    assert await start_one() == (1, 0)
+    assert await start_one() == (1, 1)
+    await finish(streams[1], b.hold)  # outstanding: a 1, b 0
+    # The fewest outstanding, not turns: b again, though a was picked longer ago.
+    assert await start_one() == (1, 2)
+    await finish(streams[0], a.hold)  # outstanding: a 0, b 1
+    assert await start_one() == (2, 2)
+    # A tie (one each) goes to the upstream picked longest ago: b.
+    assert await start_one() == (2, 3)
     assert engine.unfinished_requests() == 3
-    b.hold.set()
-    async for _ in streams[1]:
-        pass
-    # b now holds nothing and a two: b takes the next one.
-    b.hold = asyncio.Event()
-    fourth = engine.generate(request())
-    await anext(fourth)
-    assert (len(a.bodies), len(b.bodies)) == (2, 2)
-    for stream in (*streams, fourth):
+    for stream in streams:
         await stream.aclose()
     assert engine.unfinished_requests() == 0
 
