@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from contextlib import AsyncExitStack
 from pathlib import Path
+
+import pytest
+
+from app.engine import launch
+from app.engine.base import Engine
+from app.engine.fake import FakeEngine
+from app.engine.remote import RemoteEngine
+from app.engine.types import Route
+from app.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,3 +46,23 @@ def test_an_all_remote_gateway_starts_no_engine_and_never_imports_vllm() -> None
         [sys.executable, "-c", ALL_REMOTE], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
+
+
+async def test_a_route_without_upstreams_keeps_its_embedded_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    embedded: list[list[Route]] = []
+
+    async def fake_vllm(
+        settings: Settings, stack: AsyncExitStack, routes: list[Route]
+    ) -> dict[Route, Engine]:
+        embedded.append(list(routes))
+        return {route: FakeEngine(route) for route in routes}
+
+    monkeypatch.setattr(launch, "start_vllm_engines", fake_vllm)
+    settings = Settings(plain_upstreams="http://127.0.0.1:9")  # type: ignore[arg-type]
+    async with AsyncExitStack() as stack:
+        engines = await launch.start_engines(settings, stack)
+        assert embedded == [["speculative"]]
+        assert isinstance(engines["plain"], RemoteEngine)
+        assert isinstance(engines["speculative"], FakeEngine)
