@@ -28,6 +28,14 @@ def test_health_lists_both_pools(site: Site) -> None:
     }
 
 
+def test_specgate_runs_no_engine_of_its_own(site: Site) -> None:
+    assert site.gateway.descendants() == []
+    # ...while each upstream has its engine core under it.
+    for upstream in (site.speculative, site.plain):
+        processes = upstream.descendants()
+        assert any("EngineCore" in " ".join(p.cmdline()) or "VLLM" in p.name() for p in processes)
+
+
 @pytest.mark.parametrize("header", ["on", "off"])
 def test_chat_equals_the_upstreams_own_answer(site: Site, header: str) -> None:
     kwargs = {"model": MODEL, "messages": CODE, "max_tokens": 24, "temperature": 0}
