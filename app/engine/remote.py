@@ -85,7 +85,7 @@ class RemoteEngine:
                     first = await anext(steps)
                 except _BeforeFirstByte as failure:
                     error = failure.error
-                    logger.warning("%s: %s", request.request_id, error.message)
+                    logger.warning("%s, before its first byte: %s", request.request_id, error)
                     continue
                 yield first
                 async for step in steps:
@@ -129,11 +129,10 @@ class RemoteEngine:
             try:
                 async for chunk in response.aiter_bytes():
                     received = True
-                    for data in parser.feed(chunk):
+                    # Read on to the end of the body after [DONE]: the connection is reused.
+                    for data in () if decoder.done else parser.feed(chunk):
                         for step in decoder.feed(data):
                             yield step
-                    if decoder.done:
-                        break
             except httpx.TransportError as exc:
                 failure = self._transport_failure(upstream, exc)
                 if not received:
