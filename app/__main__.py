@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if settings.log_level != "debug":
+        # httpx logs every call at INFO: with remote pools, that is every health check.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         uvicorn.run(
             create_app(settings),

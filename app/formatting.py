@@ -17,7 +17,9 @@ def speculative_usage(run: Run) -> SpeculativeUsage | None:
         return None
     spec = run.spec
     if spec is None:
-        return SpeculativeUsage(drafts=0, draft_tokens=0, accepted_tokens=0, acceptance_rate=0.0)
+        # The engine gave no figures (a remote upstream without per-request metrics, or n > 1
+        # there): say nothing rather than report zero acceptance.
+        return None
     return SpeculativeUsage(
         drafts=spec.drafts,
         draft_tokens=spec.draft_tokens,

@@ -58,15 +58,15 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
 
 
 def create_app(settings: Settings, engines: Mapping[Route, Engine] | None = None) -> FastAPI:
-    """The app. Given `engines` (a fake, in tests), it uses them; otherwise it starts vLLM."""
+    """The app. Given `engines` (a fake, in tests), it uses them; otherwise it starts its own."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             if engines is None:
-                from app.engine.launch import start_vllm_engines
+                from app.engine.launch import start_engines
 
-                running = await start_vllm_engines(settings, stack)
+                running = await start_engines(settings, stack)
             else:
                 running = dict(engines)
             app.state.gateway = build_gateway(settings, running)

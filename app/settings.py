@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from app.engine.types import Route
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "specgate"
 DEFAULT_NGRAM_TOKENS = 5
@@ -170,6 +173,47 @@ class Settings(BaseSettings):
         description="Require a key on /metrics too. /health always stays open for probes.",
     )
 
+    # -- remote pools (a route with upstreams runs no local engine) ------------------------------
+    speculative_upstreams: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="Serve the speculative route from these OpenAI-compatible vLLM servers "
+        "instead of an embedded engine: comma-separated base URLs, with or without /v1 "
+        "(http://spec-a:8000,http://spec-b:8000).",
+    )
+    plain_upstreams: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="Serve the plain route from these OpenAI-compatible vLLM servers, as for "
+        "--speculative-upstreams.",
+    )
+    upstream_model: str | None = Field(
+        None,
+        description="Model name sent to the upstreams. Default: the first model each upstream "
+        "lists at /v1/models.",
+    )
+    upstream_connect_timeout: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds to connect to an upstream; also the whole limit of a health check.",
+    )
+    upstream_read_timeout: float = Field(
+        600.0,
+        gt=0,
+        description="Longest silence, in seconds, between bytes of an upstream's answer. The "
+        "first bytes wait for the queue and the prefill, so keep it generous.",
+    )
+    upstream_health_interval: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds between health checks (GET /health) of each upstream. A failed "
+        "check ejects the upstream; a passing one admits it back.",
+    )
+    upstream_attempts: int = Field(
+        2,
+        ge=1,
+        description="Upstreams tried for one request when they fail before sending anything "
+        "(connection refused, 5xx). Nothing is retried once the first byte has arrived.",
+    )
+
     # -- serving ---------------------------------------------------------------------------------
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(8000, ge=0, lt=65536, description="Port to listen on.")
@@ -197,6 +241,18 @@ class Settings(BaseSettings):
     def _split_keys(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [key.strip() for key in value.split(",") if key.strip()]
+        return value
+
+    @field_validator("speculative_upstreams", "plain_upstreams", mode="before")
+    @classmethod
+    def _split_upstreams(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = value.split(",")
+        if isinstance(value, list | tuple):
+            urls = tuple(normalize_upstream(str(url)) for url in value if str(url).strip())
+            if len(set(urls)) != len(urls):
+                raise ValueError(f"an upstream is listed twice: {', '.join(urls)}")
+            return urls
         return value
 
     @model_validator(mode="after")
@@ -231,7 +287,13 @@ class Settings(BaseSettings):
 
         if self.served_model_name:
             return self.served_model_name
-        return self.model.rstrip("/").split("/")[-1] if self.model else MODEL_NAME
+        if self.model:
+            return self.model.rstrip("/").split("/")[-1]
+        return self.upstream_model or MODEL_NAME
+
+    def upstreams(self, route: Route) -> tuple[str, ...]:
+        """The remote pool serving `route`; empty when an embedded engine serves it."""
+        return self.speculative_upstreams if route == "speculative" else self.plain_upstreams
 
     @property
     def embedded_model_dir(self) -> Path:
@@ -268,3 +330,13 @@ class Settings(BaseSettings):
     def engine_memory_fraction(self, speculative: bool) -> float:
         share = self.speculative_memory_share if speculative else 1 - self.speculative_memory_share
         return round(self.gpu_memory_utilization * share, 4)
+
+
+def normalize_upstream(url: str) -> str:
+    """An upstream's base URL without a trailing slash or /v1: paths are added per call."""
+    url = url.strip().rstrip("/")
+    url = url.removesuffix("/v1").rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"an upstream must be an http(s) URL such as http://host:8000: {url!r}")
+    return url

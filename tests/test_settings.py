@@ -110,6 +110,10 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         ["--routing-exploration", "0.9"],
         ["--pipeline-parallel-size", "0"],
         ["--distributed-executor-backend", "external_launcher"],
+        ["--plain-upstreams", "spec-a:8000"],
+        ["--plain-upstreams", "ftp://spec-a"],
+        ["--speculative-upstreams", "http://a:8000,http://a:8000/v1"],
+        ["--upstream-attempts", "0"],
     ],
 )
 def test_bad_values_are_refused(args: list[str]) -> None:
@@ -135,3 +139,21 @@ def test_the_command_line_reports_bad_settings_without_a_traceback(
     err = capsys.readouterr().err
     assert err.startswith("specgate: invalid settings:")
     assert "Traceback" not in err
+
+
+def test_upstreams_are_comma_separated_base_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = parse(
+        ["--speculative-upstreams", "http://spec-a:8000/v1/, http://spec-b:8000",
+         "--upstream-read-timeout", "30"]
+    )  # fmt: skip
+    assert settings.upstreams("speculative") == ("http://spec-a:8000", "http://spec-b:8000")
+    assert settings.upstreams("plain") == ()  # an embedded engine serves it
+    assert settings.upstream_read_timeout == 30
+    monkeypatch.setenv("SPECGATE_PLAIN_UPSTREAMS", "https://plain-a/v1")
+    assert Settings().upstreams("plain") == ("https://plain-a",)
+
+
+def test_the_upstream_model_names_the_served_model_unless_told_otherwise() -> None:
+    assert parse(["--upstream-model", "org/big"]).model_id == "org/big"
+    both = parse(["--upstream-model", "org/big", "--served-model-name", "big"])
+    assert both.model_id == "big"

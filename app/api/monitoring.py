@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.deps import GatewayDep
+from app.engine.base import UpstreamReporter
 from app.errors import SpecgateError
 
 router = APIRouter()
@@ -18,8 +19,9 @@ HEALTH_TIMEOUT_SECONDS = 5.0
 
 @router.get("/health")
 async def health(gateway: GatewayDep) -> Response:
-    """200 when every engine answers, 503 otherwise."""
+    """200 when every engine answers, 503 otherwise; remote pools list each upstream."""
     status: dict[str, str] = {}
+    upstreams: dict[str, dict[str, str]] = {}
     healthy = True
     for route, engine in gateway.engines.items():
         try:
@@ -28,10 +30,12 @@ async def health(gateway: GatewayDep) -> Response:
         except (SpecgateError, TimeoutError) as exc:
             healthy = False
             status[route] = str(exc) or "timed out"
-    return JSONResponse(
-        {"status": "ok" if healthy else "unavailable", "engines": status},
-        status_code=200 if healthy else 503,
-    )
+        if isinstance(engine, UpstreamReporter):
+            upstreams[route] = engine.upstream_status()
+    body: dict[str, object] = {"status": "ok" if healthy else "unavailable", "engines": status}
+    if upstreams:
+        body["upstreams"] = upstreams
+    return JSONResponse(body, status_code=200 if healthy else 503)
 
 
 @router.get("/metrics")

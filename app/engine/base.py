@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from app.engine.types import GenerationRequest, GenerationStep, Route
 
@@ -33,4 +33,13 @@ class Engine(Protocol):
 
     async def aclose(self) -> None:
         """Stop the engine and every process it started."""
+        ...
+
+
+@runtime_checkable
+class UpstreamReporter(Protocol):
+    """An engine made of upstream servers (a remote pool), which /health lists one by one."""
+
+    def upstream_status(self) -> dict[str, str]:
+        """Each upstream's base URL: "ok", or why it is out of the pool."""
         ...

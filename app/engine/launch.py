@@ -1,4 +1,8 @@
-"""Start the real engines for a set of settings, and stop them all on exit."""
+"""Start each route's engine for a set of settings, and stop them all on exit.
+
+A route with upstreams is served by a remote pool (`app.engine.remote`); any other by an
+embedded vLLM engine. With both routes remote, vLLM is never imported.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from contextlib import AsyncExitStack
 
 from app.embedded_model import prepare_embedded_model
 from app.engine.base import Engine
+from app.engine.remote import RemoteEngine
 from app.engine.types import Route
 from app.settings import Settings
 
@@ -24,15 +29,30 @@ async def resolve_model_path(settings: Settings) -> str:
     return str(folder)
 
 
-async def start_vllm_engines(settings: Settings, stack: AsyncExitStack) -> dict[Route, Engine]:
-    """Both engines, each registered on `stack` for shutdown as soon as it exists."""
-    # Imported here so that the HTTP layer and its fast tests never load vLLM.
+async def start_engines(settings: Settings, stack: AsyncExitStack) -> dict[Route, Engine]:
+    """Both routes' engines, each registered on `stack` for shutdown as soon as it exists."""
+    engines: dict[Route, Engine] = {}
+    for route in ROUTES:
+        if settings.upstreams(route):
+            remote = await RemoteEngine.start(settings, route)
+            stack.push_async_callback(remote.aclose)
+            engines[route] = remote
+    embedded = [route for route in ROUTES if route not in engines]
+    if embedded:
+        engines.update(await start_vllm_engines(settings, stack, embedded))
+    return engines
+
+
+async def start_vllm_engines(
+    settings: Settings, stack: AsyncExitStack, routes: tuple[Route, ...] | list[Route] = ROUTES
+) -> dict[Route, Engine]:
+    # Imported here so that the HTTP layer, its fast tests and all-remote gateways never load vLLM.
     from app.engine.vllm_engine import VllmEngine
 
     model_path = await resolve_model_path(settings)
     engines: dict[Route, Engine] = {}
     started = time.monotonic()
-    for route in ROUTES:
+    for route in routes:
         engine = await asyncio.to_thread(VllmEngine.start, settings, model_path, route)
         stack.push_async_callback(engine.aclose)
         engines[route] = engine

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -27,13 +28,14 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, args: list[str], log_path: Path) -> None:
+    def __init__(self, args: list[str], log_path: Path, module: str = "app") -> None:
+        """`python -m module --port P *args`: specgate, or another server such as vLLM's."""
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "app", "--port", str(self.port), *args],
+            [sys.executable, "-m", module, "--port", str(self.port), *args],
             cwd=REPO,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -78,6 +80,15 @@ class ServerProcess:
         for child in alive:
             child.kill()
         return alive
+
+    def kill(self) -> None:
+        """SIGKILL the server and every process under it at once, as a crashed node would go."""
+        processes = [*self.descendants(), psutil.Process(self.process.pid)]
+        for process in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        psutil.wait_procs(processes, timeout=30)
+        self.process.wait()
 
     def log_tail(self, lines: int = 60) -> str:
         if not self._log.closed:

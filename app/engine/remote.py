@@ -1,0 +1,197 @@
+"""A route served by a pool of remote OpenAI-compatible vLLM servers, over httpx.
+
+Every call streams, whatever the client asked: the gateway needs the steps either way, and a
+stream is the only way to stop the upstream early (closing the connection makes vLLM abort
+the request). Retries are safe only before the upstream has sent anything; after that the
+client may already have part of an answer, so a failure is reported, never papered over.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+
+import httpx
+
+from app.engine.openai_wire import (
+    SSEParser,
+    StreamDecoder,
+    not_forwarded,
+    request_body,
+    upstream_error,
+)
+from app.engine.types import GenerationRequest, GenerationStep, Route
+from app.engine.upstream import Upstream, UpstreamPool, describe_error
+from app.errors import (
+    EngineFailureError,
+    EngineUnavailableError,
+    InvalidRequestError,
+    SpecgateError,
+)
+from app.settings import Settings
+
+logger = logging.getLogger("specgate.remote")
+
+# Failures that say the upstream is gone, not merely slow: they eject it until it passes a
+# health check again.
+_CONNECTION_ERRORS = (httpx.NetworkError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+
+
+class _BeforeFirstByte(Exception):
+    """The upstream failed before sending anything: another upstream may take the request."""
+
+    def __init__(self, error: SpecgateError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class RemoteEngine:
+    def __init__(
+        self, route: Route, pool: UpstreamPool, client: httpx.AsyncClient, attempts: int
+    ) -> None:
+        self.route: Route = route
+        self.pool = pool
+        self._client = client
+        self._attempts = attempts
+
+    @classmethod
+    async def start(
+        cls, settings: Settings, route: Route, transport: httpx.AsyncBaseTransport | None = None
+    ) -> RemoteEngine:
+        """A pool over the route's upstreams, each checked once before this returns.
+
+        `transport` replaces the network, for tests.
+        """
+        client = httpx.AsyncClient(
+            transport=transport,
+            timeout=httpx.Timeout(
+                settings.upstream_read_timeout, connect=settings.upstream_connect_timeout
+            ),
+            # One connection per stream in flight; httpx's default cap of 100 would queue the rest.
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
+        )
+        pool = UpstreamPool(
+            route,
+            settings.upstreams(route),
+            client,
+            model=settings.upstream_model,
+            health_interval=settings.upstream_health_interval,
+            health_timeout=settings.upstream_connect_timeout,
+        )
+        logger.info("serving the %s route from %s", route, ", ".join(settings.upstreams(route)))
+        await pool.start()
+        return cls(route, pool, client, settings.upstream_attempts)
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
+        refused = not_forwarded(request.options)
+        if refused is not None:
+            raise InvalidRequestError(
+                f"'{refused}' is not supported on the {self.route} route, which remote "
+                "upstreams serve",
+                param=refused,
+            )
+        tried: list[Upstream] = []
+        error: SpecgateError | None = None
+        while len(tried) < self._attempts:
+            upstream = self.pool.acquire(exclude=tried)
+            if upstream is None:
+                break
+            tried.append(upstream)
+            steps = self._stream(upstream, request)
+            try:
+                try:
+                    first = await anext(steps)
+                except _BeforeFirstByte as failure:
+                    error = failure.error
+                    logger.warning("%s, before its first byte: %s", request.request_id, error)
+                    continue
+                yield first
+                async for step in steps:
+                    yield step
+                return
+            finally:
+                # Closing the stream early closes the connection: vLLM then aborts the request.
+                await steps.aclose()
+                self.pool.release(upstream)
+        raise error or EngineUnavailableError(self._unavailable())
+
+    def unfinished_requests(self) -> int:
+        return self.pool.outstanding()
+
+    def is_alive(self) -> bool:
+        return any(upstream.healthy for upstream in self.pool.upstreams)
+
+    async def check_health(self) -> None:
+        if not any(upstream.healthy for upstream in self.pool.upstreams):
+            raise EngineUnavailableError(self._unavailable())
+
+    def upstream_status(self) -> dict[str, str]:
+        return self.pool.status()
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
+        await self._client.aclose()
+
+    async def _stream(
+        self, upstream: Upstream, request: GenerationRequest
+    ) -> AsyncGenerator[GenerationStep, None]:
+        assert upstream.model is not None  # the pool hands out only upstreams with a model
+        path, body = request_body(request, upstream.model)
+        call = self._client.build_request("POST", f"{upstream.base_url}{path}", json=body)
+        try:
+            response = await self._client.send(call, stream=True)
+        except httpx.TransportError as exc:
+            raise _BeforeFirstByte(self._transport_failure(upstream, exc)) from exc
+        try:
+            if response.status_code >= 400:
+                await self._raise_for_status(upstream, response)
+            decoder, parser = StreamDecoder(request.options.n), SSEParser()
+            received = False
+            try:
+                async for chunk in response.aiter_bytes():
+                    received = True
+                    # Read on to the end of the body after [DONE]: the connection is reused.
+                    for data in () if decoder.done else parser.feed(chunk):
+                        for step in decoder.feed(data):
+                            yield step
+            except httpx.TransportError as exc:
+                failure = self._transport_failure(upstream, exc)
+                if not received:
+                    raise _BeforeFirstByte(failure) from exc
+                raise EngineFailureError(
+                    f"the {self.route} upstream {upstream.base_url} failed mid-stream: "
+                    f"{describe_error(exc)}"
+                ) from exc
+            if not decoder.done:
+                # An OpenAI server always ends with [DONE]: without it, the upstream went away.
+                self.pool.eject(upstream, "a stream ended without [DONE]")
+                raise EngineFailureError(
+                    f"the {self.route} upstream {upstream.base_url} ended a stream early"
+                )
+            for step in decoder.finish():
+                yield step
+        finally:
+            await response.aclose()
+
+    async def _raise_for_status(self, upstream: Upstream, response: httpx.Response) -> None:
+        try:
+            content = await response.aread()
+        except httpx.TransportError as exc:
+            raise _BeforeFirstByte(self._transport_failure(upstream, exc)) from exc
+        error = upstream_error(response.status_code, content)
+        if response.status_code >= 500:
+            raise _BeforeFirstByte(error)
+        # A 4xx is the request's fault: any upstream would refuse it the same way.
+        raise error
+
+    def _transport_failure(self, upstream: Upstream, exc: httpx.TransportError) -> SpecgateError:
+        problem = f"{type(exc).__name__}: {describe_error(exc)}"
+        if isinstance(exc, _CONNECTION_ERRORS):
+            self.pool.eject(upstream, problem)
+        return EngineUnavailableError(
+            f"the {self.route} upstream {upstream.base_url} failed: {problem}"
+        )
+
+    def _unavailable(self) -> str:
+        problems = "; ".join(f"{url}: {status}" for url, status in self.pool.status().items())
+        return f"no healthy {self.route} upstream ({problems})"

@@ -1,0 +1,68 @@
+"""Which engine serves each route, and what an all-remote gateway loads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import pytest
+
+from app.engine import launch
+from app.engine.base import Engine
+from app.engine.fake import FakeEngine
+from app.engine.remote import RemoteEngine
+from app.engine.types import Route
+from app.settings import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Port 9 (discard) refuses connections at once: the pools start with no healthy upstream.
+ALL_REMOTE = """
+import asyncio, sys
+from contextlib import AsyncExitStack
+from app.engine.launch import start_engines
+from app.engine.remote import RemoteEngine
+from app.settings import Settings
+
+async def main() -> None:
+    settings = Settings(speculative_upstreams="http://127.0.0.1:9",
+                        plain_upstreams="http://127.0.0.1:9/v1")
+    async with AsyncExitStack() as stack:
+        engines = await start_engines(settings, stack)
+        assert sorted(engines) == ["plain", "speculative"], engines
+        assert all(isinstance(engine, RemoteEngine) for engine in engines.values())
+        assert all(engine.unfinished_requests() == 0 for engine in engines.values())
+
+asyncio.run(main())
+loaded = sorted(name for name in ("vllm", "torch", "transformers") if name in sys.modules)
+assert not loaded, loaded
+"""
+
+
+def test_an_all_remote_gateway_starts_no_engine_and_never_imports_vllm() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", ALL_REMOTE], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+
+
+async def test_a_route_without_upstreams_keeps_its_embedded_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    embedded: list[list[Route]] = []
+
+    async def fake_vllm(
+        settings: Settings, stack: AsyncExitStack, routes: list[Route]
+    ) -> dict[Route, Engine]:
+        embedded.append(list(routes))
+        return {route: FakeEngine(route) for route in routes}
+
+    monkeypatch.setattr(launch, "start_vllm_engines", fake_vllm)
+    settings = Settings(plain_upstreams="http://127.0.0.1:9")  # type: ignore[arg-type]
+    async with AsyncExitStack() as stack:
+        engines = await launch.start_engines(settings, stack)
+        assert embedded == [["speculative"]]
+        assert isinstance(engines["plain"], RemoteEngine)
+        assert isinstance(engines["speculative"], FakeEngine)
