@@ -42,7 +42,9 @@ NOT_FORWARDED = ("logprobs", "echo")
 def not_forwarded(options: SamplingOptions) -> str | None:
     """The first set option a remote route cannot serve, if any."""
     for name in NOT_FORWARDED:
-        if getattr(options, name) not in (None, False):
+        value = getattr(options, name)
+        # `is`, not `in (None, False)`: logprobs=0 (no alternatives) still asks for logprobs.
+        if value is not None and value is not False:
             return name
     return None
 
