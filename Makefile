@@ -15,7 +15,7 @@ ifdef PIP_EXTRA_INDEX_URL
 export PIP_EXTRA_INDEX_URL
 endif
 
-.PHONY: install serve test lint bench clean
+.PHONY: install serve test lint bench openapi clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ test: install lint
 # The routing benchmark: never / always / auto / oracle / vLLM's own server (about 30 min).
 bench: install
 	$(BIN)/python -m bench.run $(ARGS)
+
+# Regenerate the committed API contract after changing a route or a schema.
+openapi: install
+	$(BIN)/python -m scripts.export_openapi
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

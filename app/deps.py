@@ -25,5 +25,6 @@ SpeculativeHeader = Annotated[
         alias=HEADER,
         description="Force the engine: 'on' (speculative), 'off' (plain) or 'auto' (default: "
         "chosen by workload class).",
+        json_schema_extra={"enum": ["on", "off", "auto"]},
     ),
 ]

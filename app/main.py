@@ -12,6 +12,7 @@ from app.api import chat, completions, models, monitoring, routing
 from app.api.api_keys import ApiKeyGuard
 from app.api.body_guard import BodyGuard
 from app.api.handlers import install_error_handlers
+from app.api.openapi_docs import install_openapi
 from app.engine.base import Engine
 from app.engine.types import Route
 from app.gateway import Gateway
@@ -81,7 +82,10 @@ def create_app(settings: Settings, engines: Mapping[Route, Engine] | None = None
         "plain vLLM engine.",
         version="0.1.0",
         lifespan=lifespan,
+        # Operation ids are the handlers' names: create_chat_completion, list_models, ...
+        generate_unique_id_function=lambda route: route.name,
     )
+    install_openapi(app)
     install_error_handlers(app)
     app.add_middleware(BodyGuard, max_body_bytes=settings.max_request_body_bytes)
     # Added last, so it runs first: strangers are refused before their body is read.

@@ -8,6 +8,7 @@ import uuid
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from app.api.openapi_docs import GENERATION_RESPONSES
 from app.api.respond import respond
 from app.api.sampling import sampling_options
 from app.deps import GatewayDep, SpeculativeHeader
@@ -22,7 +23,12 @@ from app.streaming import chat_chunk_makers
 router = APIRouter()
 
 
-@router.post("/v1/chat/completions", response_model=ChatCompletion)
+@router.post(
+    "/v1/chat/completions",
+    response_model=ChatCompletion,
+    summary="Create a chat completion",
+    responses=GENERATION_RESPONSES,
+)
 async def create_chat_completion(
     body: ChatCompletionRequest,
     request: Request,

@@ -8,6 +8,7 @@ import uuid
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from app.api.openapi_docs import GENERATION_RESPONSES
 from app.api.respond import respond
 from app.api.sampling import sampling_options
 from app.deps import GatewayDep, SpeculativeHeader
@@ -20,7 +21,12 @@ from app.streaming import completion_chunk_makers
 router = APIRouter()
 
 
-@router.post("/v1/completions", response_model=Completion)
+@router.post(
+    "/v1/completions",
+    response_model=Completion,
+    summary="Create a text completion",
+    responses=GENERATION_RESPONSES,
+)
 async def create_completion(
     body: CompletionRequest,
     request: Request,

@@ -17,7 +17,7 @@ router = APIRouter()
 HEALTH_TIMEOUT_SECONDS = 5.0
 
 
-@router.get("/health")
+@router.get("/health", summary="Engine health")
 async def health(gateway: GatewayDep) -> Response:
     """200 when every engine answers, 503 otherwise; remote pools list each upstream."""
     status: dict[str, str] = {}
@@ -38,7 +38,7 @@ async def health(gateway: GatewayDep) -> Response:
     return JSONResponse(body, status_code=200 if healthy else 503)
 
 
-@router.get("/metrics")
+@router.get("/metrics", summary="Prometheus metrics")
 async def metrics(gateway: GatewayDep) -> Response:
     """Prometheus metrics: requests, latency and speculative counters by engine."""
     return Response(gateway.metrics.render(), media_type=CONTENT_TYPE_LATEST)

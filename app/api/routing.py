@@ -6,12 +6,13 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from app.api.openapi_docs import ERRORS
 from app.deps import GatewayDep
 
 router = APIRouter()
 
 
-@router.get("/v1/routing")
+@router.get("/v1/routing", summary="Routing rules and learned estimates", responses=ERRORS)
 async def routing_state(gateway: GatewayDep) -> dict[str, Any]:
     """The router's rules and its current estimates per workload class."""
     rules = gateway.router.rules

@@ -128,3 +128,16 @@ def dump(model: BaseModel) -> dict[str, Any]:
     if isinstance(usage, dict) and usage.get("speculative_decoding") is None:
         usage.pop("speculative_decoding", None)
     return data
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = Field(description="The request field at fault, if one is.")
+    code: str | None = Field(description="A machine-readable code; a string or null.")
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error body, sent with every 4xx and 5xx status."""
+
+    error: ErrorDetail
