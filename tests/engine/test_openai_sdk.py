@@ -166,3 +166,50 @@ def test_errors_reach_the_sdk_as_openai_errors(sync_client: OpenAI) -> None:
     assert too_long.value.code == "context_length_exceeded"
     with pytest.raises(openai.BadRequestError):
         sync_client.completions.create(model=MODEL, prompt=[10**9], max_tokens=2)
+
+
+def test_sdk_parses_every_feature(sync_client: OpenAI) -> None:
+    """The OpenAI SDK, unchanged, on logprobs, n, stop, seed, prompt lists and echo."""
+    chat = sync_client.chat.completions.create(
+        model=MODEL,
+        messages=[
+            {"role": "developer", "content": "Answer briefly."},
+            {"role": "user", "content": [{"type": "text", "text": "Name a colour."}]},
+        ],
+        max_completion_tokens=6,
+        n=2,
+        temperature=0.7,
+        seed=5,
+        stop=["\n\n"],
+        logprobs=True,
+        top_logprobs=2,
+        user="sdk-test",
+        metadata={"suite": "conformance"},
+    )
+    assert [choice.index for choice in chat.choices] == [0, 1]
+    for choice in chat.choices:
+        assert choice.logprobs is not None and choice.logprobs.content
+        assert all(len(entry.top_logprobs) == 2 for entry in choice.logprobs.content)
+    completion = sync_client.completions.create(
+        model=MODEL,
+        prompt=["def add(a, b):", "The sky is"],
+        max_tokens=4,
+        temperature=0,
+        echo=True,
+        logprobs=1,
+    )
+    assert [choice.index for choice in completion.choices] == [0, 1]
+    assert completion.choices[1].text.startswith("The sky is")
+    assert completion.choices[0].logprobs is not None
+    assert completion.choices[0].logprobs.tokens is not None
+    assert "".join(completion.choices[0].logprobs.tokens) == completion.choices[0].text
+    stream = sync_client.completions.create(
+        model=MODEL,
+        prompt=[[504, 3725, 30]],
+        max_tokens=4,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
