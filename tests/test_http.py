@@ -169,6 +169,9 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
         (chat_body(top_logprobs=2), "top_logprobs"),
         (chat_body(logit_bias={"abc": 1}), "logit_bias"),
         (chat_body(logit_bias={"5": 101}), "logit_bias"),
+        # str.isdigit() takes both, int() neither: each was a 500 (found by tests/test_fuzz.py).
+        (chat_body(logit_bias={"²": 1}), "logit_bias"),
+        (chat_body(logit_bias={"9" * 5000: 1}), "logit_bias"),
         (chat_body(top_k=-2), "top_k"),
         (chat_body(min_p=1.5), "min_p"),
         (chat_body(repetition_penalty=0), "repetition_penalty"),
@@ -195,6 +198,36 @@ async def test_bad_completion_requests_get_openai_errors(
     client: httpx.AsyncClient, body: dict[str, Any], param: str
 ) -> None:
     assert_openai_error(await client.post("/v1/completions", json=body), 400, param)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        (CHAT, chat_body(model="\ud800"), "model"),
+        (
+            CHAT,
+            chat_body(messages=[{"role": "user", "content": "a \ud800"}]),
+            "messages[0].content",
+        ),
+        (
+            CHAT,
+            chat_body(messages=[{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]),
+            "messages[0].content",  # a union: the error names the field, not the part
+        ),
+        ("/v1/completions", {"model": MODEL, "prompt": "\ud800"}, "prompt"),
+        ("/v1/completions", {"model": MODEL, "prompt": ["ok", "\udfff"]}, "prompt"),
+    ],
+)
+async def test_lone_surrogates_are_400(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any], param: str
+) -> None:
+    # JSON may escape a lone surrogate ("\ud800"), which is no text: the routing features,
+    # the tokenizer and the UTF-8 error body all failed on it, a 500 (found by test_fuzz.py).
+    content = json.dumps(body).encode()  # ensure_ascii: the surrogate goes out escaped
+    response = await client.post(
+        path, content=content, headers={"content-type": "application/json"}
+    )
+    assert_openai_error(response, 400, param)
 
 
 async def test_fields_that_change_nothing_are_accepted(client: httpx.AsyncClient) -> None:

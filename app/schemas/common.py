@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+import re
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 # Shared field definitions, so both endpoints validate sampling the same way.
 MaxTokensField = Field(None, ge=1, description="Upper bound on generated tokens.")
@@ -19,6 +20,20 @@ MAX_LOGPROBS = 20
 
 Stop = str | list[str] | None
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _unicode_text(value: str) -> str:
+    # JSON can escape a lone surrogate ("\ud800"), which is not text: the tokenizer and the
+    # UTF-8 response writer both fail on one (a 500 before this check), so it is a 400 here.
+    if _SURROGATE.search(value):
+        raise ValueError("must be valid Unicode text, without lone surrogates such as \\ud800")
+    return value
+
+
+# Client text that reaches the model, a response or an error message.
+Text = Annotated[str, AfterValidator(_unicode_text)]
+
 
 class FieldError(ValueError):
     """A check across fields failed; `param` names the field the client should fix."""
@@ -26,6 +41,16 @@ class FieldError(ValueError):
     def __init__(self, param: str, problem: str) -> None:
         super().__init__(f"'{param}' {problem}")
         self.param = param
+
+
+def _token_id(key: str) -> int | None:
+    """A logit_bias key as a token id, or None if it is not one."""
+    key = key.strip()
+    # str.isdigit() alone passes "²", which int() refuses, and int() refuses numbers of over
+    # 4300 digits: both were a 500. No vocabulary reaches 19 digits.
+    if not (key.isascii() and key.isdigit()) or len(key) > 18:
+        return None
+    return int(key)
 
 
 class StreamOptions(BaseModel):
@@ -40,7 +65,7 @@ class RequestBase(BaseModel):
     # Known OpenAI fields this server cannot honour: refused unless null/false/empty.
     unsupported_fields: ClassVar[tuple[str, ...]] = ()
 
-    model: str
+    model: Text
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = NField
@@ -73,7 +98,7 @@ class RequestBase(BaseModel):
         if any(not s for s in stops):
             raise FieldError("stop", "sequences must not be empty")
         for token, bias in (self.logit_bias or {}).items():
-            if not token.strip().isdigit():
+            if _token_id(token) is None:
                 raise FieldError("logit_bias", f"keys must be token ids, got {token!r}")
             if not -100 <= bias <= 100:
                 raise FieldError("logit_bias", f"values must lie in [-100, 100], got {bias}")
@@ -86,6 +111,7 @@ class RequestBase(BaseModel):
     def token_biases(self) -> dict[int, float] | None:
         if not self.logit_bias:
             return None
+        # Every key passed _token_id in validation.
         return {int(token): bias for token, bias in self.logit_bias.items()}
 
     def stop_sequences(self) -> tuple[str, ...]:
