@@ -172,6 +172,10 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
         # str.isdigit() takes both, int() neither: each was a 500 (found by tests/test_fuzz.py).
         (chat_body(logit_bias={"²": 1}), "logit_bias"),
         (chat_body(logit_bias={"9" * 5000: 1}), "logit_bias"),
+        # Past 64 bits vLLM cannot carry them to its engine core: a 500 (test_fuzz_real.py).
+        (chat_body(seed=2**64), "seed"),
+        (chat_body(seed=-(2**63) - 1), "seed"),
+        (chat_body(top_k=2**63), "top_k"),
         (chat_body(top_k=-2), "top_k"),
         (chat_body(min_p=1.5), "min_p"),
         (chat_body(repetition_penalty=0), "repetition_penalty"),
@@ -216,6 +220,9 @@ async def test_bad_completion_requests_get_openai_errors(
         ),
         ("/v1/completions", {"model": MODEL, "prompt": "\ud800"}, "prompt"),
         ("/v1/completions", {"model": MODEL, "prompt": ["ok", "\udfff"]}, "prompt"),
+        # vLLM encodes stop sequences as UTF-8: a 500 there (found by test_fuzz_real.py).
+        (CHAT, chat_body(stop="\ud800"), "stop"),
+        ("/v1/completions", {"model": MODEL, "prompt": "a", "stop": ["x", "\udfff"]}, "stop"),
     ],
 )
 async def test_lone_surrogates_are_400(
@@ -228,6 +235,12 @@ async def test_lone_surrogates_are_400(
         path, content=content, headers={"content-type": "application/json"}
     )
     assert_openai_error(response, 400, param)
+
+
+async def test_seeds_and_top_k_across_64_bits_are_accepted(client: httpx.AsyncClient) -> None:
+    for seed in (2**63 - 1, -(2**63)):
+        response = await client.post(CHAT, json=chat_body(seed=seed, top_k=2**63 - 1))
+        assert response.status_code == 200, response.text
 
 
 async def test_fields_that_change_nothing_are_accepted(client: httpx.AsyncClient) -> None:

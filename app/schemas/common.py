@@ -12,13 +12,14 @@ MaxTokensField = Field(None, ge=1, description="Upper bound on generated tokens.
 TemperatureField = Field(None, ge=0, le=2, description="Sampling temperature; 0 is greedy.")
 TopPField = Field(None, ge=0, le=1, description="Nucleus sampling mass.")
 PenaltyField = Field(None, ge=-2, le=2)
-SeedField = Field(None, description="Seed for reproducible sampling.")
+# vLLM hands integers to its engine core as msgpack, which holds 64 bits: a larger seed or
+# top_k failed there (a 500) and left the request counted as unfinished for good.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+SeedField = Field(None, ge=INT64_MIN, le=INT64_MAX, description="Seed for reproducible sampling.")
 NField = Field(1, ge=1, le=16, description="How many choices to generate.")
 StopField = Field(None, description="Up to 4 sequences that end generation.")
 # The engine's limit on alternatives per token (vLLM's max_logprobs).
 MAX_LOGPROBS = 20
-
-Stop = str | list[str] | None
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -33,6 +34,8 @@ def _unicode_text(value: str) -> str:
 
 # Client text that reaches the model, a response or an error message.
 Text = Annotated[str, AfterValidator(_unicode_text)]
+# Stop sequences go to the engine's detokenizer, which encodes them as UTF-8.
+Stop = Text | list[Text] | None
 
 
 class FieldError(ValueError):
@@ -80,7 +83,9 @@ class RequestBase(BaseModel):
     )
     user: str | None = None
     # vLLM's sampling extensions.
-    top_k: int | None = Field(None, ge=-1, description="vLLM extension: sample from the k best.")
+    top_k: int | None = Field(
+        None, ge=-1, le=INT64_MAX, description="vLLM extension: sample from the k best."
+    )
     min_p: float | None = Field(
         None, ge=0, le=1, description="vLLM extension: drop tokens below min_p x the best."
     )
