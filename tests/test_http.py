@@ -390,3 +390,16 @@ async def test_fields_vllm_cannot_draft_with_go_to_the_plain_engine(
         CHAT, json=chat_body(logit_bias={"5": 1}), headers={"X-Speculative": "off"}
     )
     assert off.status_code == 200
+
+
+async def test_top_k_goes_to_the_plain_engine(client: httpx.AsyncClient) -> None:
+    # Sampling with top_k alone killed the speculative engine's core (test_fuzz_real.py).
+    structured = {"response_format": {"type": "json_object"}}
+    response = await client.post(CHAT, json=chat_body(top_k=40, **structured))
+    assert response.headers["x-specgate-route"] == "plain"
+    assert response.headers["x-specgate-reason"] == "top_k: not supported while drafting"
+    forced = await client.post(CHAT, json=chat_body(top_k=40), headers={"X-Speculative": "on"})
+    assert_openai_error(forced, 400, "X-Speculative")
+    for off in (-1, 0):  # top_k's two spellings of "no top-k" change nothing
+        response = await client.post(CHAT, json=chat_body(top_k=off, **structured))
+        assert response.headers["x-specgate-route"] == "speculative"
