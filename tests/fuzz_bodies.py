@@ -1,18 +1,19 @@
 """Fuzzed requests for both generation endpoints, and what every answer to them must be.
 
 Shared by tests/test_fuzz.py (fake engines, in process) and tests/engine/test_fuzz_real.py
-(the real server). A request is one of four kinds, mixed so that the fuzzer reaches the
-checks deep in the code and not only the JSON parser:
+(the real server). `edge_attempts` puts each value of FIELD_EDGES on a valid body. `attempts`
+draws requests of four kinds, mixed so that the fuzzer reaches the checks deep in the code
+and not only the JSON parser:
 
     plausible   a body the server may well serve: every field legal or nearly so, extremes
                 and odd combinations included (n x prompts, logprobs, stop, logit_bias ...)
-    perturbed   a plausible body with one or two values, at any depth, replaced or removed
+    perturbed   a plausible body with one to three values, at any depth, replaced or removed
     random      any JSON value at all, objects with known and unknown fields included
     raw         bytes that are not a JSON body: truncated, mis-encoded, binary, NaN, ...
 
-Each may go out under an odd content type. The property (`check_answer`): 2xx or 4xx, never
-5xx; a 4xx carries OpenAI's error body; a 2xx body or every chunk of a 2xx stream matches
-OpenAI's schema, and a stream ends with `data: [DONE]`.
+Each may go out under an odd content type or X-Speculative header. The property
+(`check_answer`): 2xx or 4xx, never 5xx; a 4xx carries OpenAI's error body; a 2xx body or
+every chunk of a 2xx stream matches OpenAI's schema, and a stream ends with `data: [DONE]`.
 """
 
 from __future__ import annotations
@@ -166,19 +167,8 @@ FIELDS = tuple(FIELD_EDGES)
 # Characters that trip text handling: NUL, newlines, quotes, lone surrogates (not valid
 # Unicode), digits that str.isdigit() takes and int() does not, bidi and zero-width marks.
 TROUBLE = (
-    "\x00",
-    "\n",
-    '"',
-    "\\",
-    "\ud800",
-    "\udfff",
-    "²",
-    "٣",
-    "\u202e",
-    "\u200b",
-    "\ufeff",
-    "💥",
-)
+    "\x00", "\n", '"', "\\", "\ud800", "\udfff", "²", "٣", "\u202e", "\u200b", "\ufeff", "💥",
+)  # fmt: skip
 # Text for values a client controls: all of Unicode, the characters above often. (Drawn as a
 # list, since st.text() would fold TROUBLE into one uniform alphabet and rarely pick them.)
 wild_text = st.lists(
@@ -242,10 +232,6 @@ class Attempt:
     content: bytes
     headers: dict[str, str] = field(default_factory=dict)
 
-    def __repr__(self) -> str:  # hypothesis prints this for a failing example
-        shown = self.content[:2000].decode("utf-8", "backslashreplace")
-        return f"Attempt({self.kind}, {self.path}, headers={self.headers}, body={shown!r})"
-
 
 # -- plausible bodies --------------------------------------------------------------------------
 
@@ -303,17 +289,13 @@ SCHEMAS: tuple[dict[str, Any], ...] = (
     {"type": "array", "items": {"type": "boolean"}, "maxItems": 2},
     {"enum": ["yes", "no"]},
 )
+json_schema_format = st.fixed_dictionaries(
+    {"name": st.text(min_size=1, max_size=8)},
+    optional={"schema": st.sampled_from(SCHEMAS), "strict": st.booleans()},
+)
 response_format = st.sampled_from(
     [{"type": "text"}, {"type": "json_object"}]
-) | st.fixed_dictionaries(
-    {"type": st.just("json_schema")},
-    optional={
-        "json_schema": st.fixed_dictionaries(
-            {"name": st.text(min_size=1, max_size=8)},
-            optional={"schema": st.sampled_from(SCHEMAS), "strict": st.booleans()},
-        )
-    },
-)
+) | st.fixed_dictionaries({"type": st.just("json_schema"), "json_schema": json_schema_format})
 
 
 def _consistent(draw: st.DrawFn, body: dict[str, Any]) -> dict[str, Any]:
