@@ -131,5 +131,7 @@ def not_speculable(options: SamplingOptions | None) -> str | None:
     """The sampling fields vLLM refuses on a speculative engine (vLLM 0.32), if any are set."""
     if options is None:
         return None
-    fields = [name for name in ("min_p", "logit_bias") if getattr(options, name)]
+    # top_k is accepted there, but sampling with it alone kills the engine core on a CPU
+    # (an empty tensor in the rejection sampler's top-k step; found by tests/engine fuzzing).
+    fields = [name for name in ("min_p", "logit_bias", "top_k") if getattr(options, name)]
     return " and ".join(fields) or None

@@ -169,6 +169,13 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
         (chat_body(top_logprobs=2), "top_logprobs"),
         (chat_body(logit_bias={"abc": 1}), "logit_bias"),
         (chat_body(logit_bias={"5": 101}), "logit_bias"),
+        # str.isdigit() takes both, int() neither: each was a 500 (found by tests/test_fuzz.py).
+        (chat_body(logit_bias={"²": 1}), "logit_bias"),
+        (chat_body(logit_bias={"9" * 5000: 1}), "logit_bias"),
+        # Past 64 bits vLLM cannot carry them to its engine core: a 500 (test_fuzz_real.py).
+        (chat_body(seed=2**64), "seed"),
+        (chat_body(seed=-(2**63) - 1), "seed"),
+        (chat_body(top_k=2**63), "top_k"),
         (chat_body(top_k=-2), "top_k"),
         (chat_body(min_p=1.5), "min_p"),
         (chat_body(repetition_penalty=0), "repetition_penalty"),
@@ -195,6 +202,45 @@ async def test_bad_completion_requests_get_openai_errors(
     client: httpx.AsyncClient, body: dict[str, Any], param: str
 ) -> None:
     assert_openai_error(await client.post("/v1/completions", json=body), 400, param)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        (CHAT, chat_body(model="\ud800"), "model"),
+        (
+            CHAT,
+            chat_body(messages=[{"role": "user", "content": "a \ud800"}]),
+            "messages[0].content",
+        ),
+        (
+            CHAT,
+            chat_body(messages=[{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]),
+            "messages[0].content",  # a union: the error names the field, not the part
+        ),
+        ("/v1/completions", {"model": MODEL, "prompt": "\ud800"}, "prompt"),
+        ("/v1/completions", {"model": MODEL, "prompt": ["ok", "\udfff"]}, "prompt"),
+        # vLLM encodes stop sequences as UTF-8: a 500 there (found by test_fuzz_real.py).
+        (CHAT, chat_body(stop="\ud800"), "stop"),
+        ("/v1/completions", {"model": MODEL, "prompt": "a", "stop": ["x", "\udfff"]}, "stop"),
+    ],
+)
+async def test_lone_surrogates_are_400(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any], param: str
+) -> None:
+    # JSON may escape a lone surrogate ("\ud800"), which is no text: the routing features,
+    # the tokenizer and the UTF-8 error body all failed on it, a 500 (found by test_fuzz.py).
+    content = json.dumps(body).encode()  # ensure_ascii: the surrogate goes out escaped
+    response = await client.post(
+        path, content=content, headers={"content-type": "application/json"}
+    )
+    assert_openai_error(response, 400, param)
+
+
+async def test_seeds_and_top_k_across_64_bits_are_accepted(client: httpx.AsyncClient) -> None:
+    for seed in (2**63 - 1, -(2**63)):
+        response = await client.post(CHAT, json=chat_body(seed=seed, top_k=2**63 - 1))
+        assert response.status_code == 200, response.text
 
 
 async def test_fields_that_change_nothing_are_accepted(client: httpx.AsyncClient) -> None:
@@ -344,3 +390,16 @@ async def test_fields_vllm_cannot_draft_with_go_to_the_plain_engine(
         CHAT, json=chat_body(logit_bias={"5": 1}), headers={"X-Speculative": "off"}
     )
     assert off.status_code == 200
+
+
+async def test_top_k_goes_to_the_plain_engine(client: httpx.AsyncClient) -> None:
+    # Sampling with top_k alone killed the speculative engine's core (test_fuzz_real.py).
+    structured = {"response_format": {"type": "json_object"}}
+    response = await client.post(CHAT, json=chat_body(top_k=40, **structured))
+    assert response.headers["x-specgate-route"] == "plain"
+    assert response.headers["x-specgate-reason"] == "top_k: not supported while drafting"
+    forced = await client.post(CHAT, json=chat_body(top_k=40), headers={"X-Speculative": "on"})
+    assert_openai_error(forced, 400, "X-Speculative")
+    for off in (-1, 0):  # top_k's two spellings of "no top-k" change nothing
+        response = await client.post(CHAT, json=chat_body(top_k=off, **structured))
+        assert response.headers["x-specgate-route"] == "speculative"

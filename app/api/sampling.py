@@ -29,7 +29,8 @@ def sampling_options(
         seed=body.seed,
         n=body.n,
         json_schema=json_schema,
-        top_k=body.top_k,
+        # -1 and 0 both mean "off"; None says so to the router (see gateway.not_speculable).
+        top_k=body.top_k if body.top_k and body.top_k > 0 else None,
         min_p=body.min_p,
         repetition_penalty=body.repetition_penalty,
         logit_bias=body.token_biases(),

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from vllm import SamplingParams
+from vllm.config import StructuredOutputsConfig
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.exceptions import VLLMClientError
 from vllm.platforms import current_platform
@@ -77,6 +78,11 @@ def engine_args(settings: Settings, model_path: str, route: Route) -> AsyncEngin
         enforce_eager=enforce_eager,
         # specgate keeps its own Prometheus metrics; vLLM's global registry cannot hold two engines.
         disable_log_stats=True,
+        # With "auto", vLLM checks each schema for xgrammar and falls back to guidance per
+        # request, but the engine core keeps the backend of its first structured request and
+        # compiles every later one with it: a schema xgrammar refused then failed there, a
+        # 500. One backend, checked before the engine core, refuses such a schema as a 400.
+        structured_outputs_config=StructuredOutputsConfig(backend="xgrammar"),
         **extra,
     )
 
@@ -107,9 +113,11 @@ class VllmEngine:
         )
         echo: PromptEcho | None = None
         echoed: set[int] = set()
+        first = True
         try:
             async for output in stream:
-                choices = [self._choice_delta(choice, options) for choice in output.outputs]
+                choices = [self._choice_delta(choice, options, first) for choice in output.outputs]
+                first = False
                 if options.echo:
                     # The prompt's logprobs come once, on the request's first output.
                     echo = echo or self._echo(request.prompt, prompt_ids, output, options)
@@ -186,10 +194,18 @@ class VllmEngine:
                 param="logit_bias",
             )
 
-    def _choice_delta(self, choice: Any, options: SamplingOptions) -> ChoiceDelta:
+    def _choice_delta(self, choice: Any, options: SamplingOptions, first: bool) -> ChoiceDelta:
         finish: FinishReason | None = None
         if choice.finish_reason is not None:
             if choice.finish_reason == "error":
+                if first and options.json_schema is not None:
+                    # A schema that passes vLLM's checks can still fail to compile in the
+                    # engine core, or admit no output at all ({"anyOf": [{"$ref": "#"}]}):
+                    # either ends the request at its first step. The schema is the client's.
+                    raise InvalidRequestError(
+                        "response_format: no output can be generated under this JSON schema",
+                        param="response_format",
+                    )
                 raise EngineFailureError("the engine failed while generating")
             finish = "length" if choice.finish_reason == "length" else "stop"
             if choice.finish_reason == "abort":

@@ -12,6 +12,7 @@ from app.schemas.common import (
     MaxTokensField,
     RequestBase,
     RouteInfo,
+    Text,
     Usage,
 )
 
@@ -21,12 +22,12 @@ NO_TOOL_CHOICES = (None, "none", "auto")
 
 class TextPart(BaseModel):
     type: Literal["text"]
-    text: str
+    text: Text
 
 
 class ChatMessageIn(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: Text | list[TextPart] | None = None
     name: str | None = None
 
     def text(self) -> str:

@@ -2,22 +2,40 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+import re
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 # Shared field definitions, so both endpoints validate sampling the same way.
 MaxTokensField = Field(None, ge=1, description="Upper bound on generated tokens.")
 TemperatureField = Field(None, ge=0, le=2, description="Sampling temperature; 0 is greedy.")
 TopPField = Field(None, ge=0, le=1, description="Nucleus sampling mass.")
 PenaltyField = Field(None, ge=-2, le=2)
-SeedField = Field(None, description="Seed for reproducible sampling.")
+# vLLM hands integers to its engine core as msgpack, which holds 64 bits: a larger seed or
+# top_k failed there (a 500) and left the request counted as unfinished for good.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+SeedField = Field(None, ge=INT64_MIN, le=INT64_MAX, description="Seed for reproducible sampling.")
 NField = Field(1, ge=1, le=16, description="How many choices to generate.")
 StopField = Field(None, description="Up to 4 sequences that end generation.")
 # The engine's limit on alternatives per token (vLLM's max_logprobs).
 MAX_LOGPROBS = 20
 
-Stop = str | list[str] | None
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _unicode_text(value: str) -> str:
+    # JSON can escape a lone surrogate ("\ud800"), which is not text: the tokenizer and the
+    # UTF-8 response writer both fail on one (a 500 before this check), so it is a 400 here.
+    if _SURROGATE.search(value):
+        raise ValueError("must be valid Unicode text, without lone surrogates such as \\ud800")
+    return value
+
+
+# Client text that reaches the model, a response or an error message.
+Text = Annotated[str, AfterValidator(_unicode_text)]
+# Stop sequences go to the engine's detokenizer, which encodes them as UTF-8.
+Stop = Text | list[Text] | None
 
 
 class FieldError(ValueError):
@@ -26,6 +44,16 @@ class FieldError(ValueError):
     def __init__(self, param: str, problem: str) -> None:
         super().__init__(f"'{param}' {problem}")
         self.param = param
+
+
+def _token_id(key: str) -> int | None:
+    """A logit_bias key as a token id, or None if it is not one."""
+    key = key.strip()
+    # str.isdigit() alone passes "²", which int() refuses, and int() refuses numbers of over
+    # 4300 digits: both were a 500. No vocabulary reaches 19 digits.
+    if not (key.isascii() and key.isdigit()) or len(key) > 18:
+        return None
+    return int(key)
 
 
 class StreamOptions(BaseModel):
@@ -40,7 +68,7 @@ class RequestBase(BaseModel):
     # Known OpenAI fields this server cannot honour: refused unless null/false/empty.
     unsupported_fields: ClassVar[tuple[str, ...]] = ()
 
-    model: str
+    model: Text
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = NField
@@ -55,7 +83,9 @@ class RequestBase(BaseModel):
     )
     user: str | None = None
     # vLLM's sampling extensions.
-    top_k: int | None = Field(None, ge=-1, description="vLLM extension: sample from the k best.")
+    top_k: int | None = Field(
+        None, ge=-1, le=INT64_MAX, description="vLLM extension: sample from the k best."
+    )
     min_p: float | None = Field(
         None, ge=0, le=1, description="vLLM extension: drop tokens below min_p x the best."
     )
@@ -73,7 +103,7 @@ class RequestBase(BaseModel):
         if any(not s for s in stops):
             raise FieldError("stop", "sequences must not be empty")
         for token, bias in (self.logit_bias or {}).items():
-            if not token.strip().isdigit():
+            if _token_id(token) is None:
                 raise FieldError("logit_bias", f"keys must be token ids, got {token!r}")
             if not -100 <= bias <= 100:
                 raise FieldError("logit_bias", f"values must lie in [-100, 100], got {bias}")
@@ -86,6 +116,7 @@ class RequestBase(BaseModel):
     def token_biases(self) -> dict[int, float] | None:
         if not self.logit_bias:
             return None
+        # Every key passed _token_id in validation.
         return {int(token): bias for token, bias in self.logit_bias.items()}
 
     def stop_sequences(self) -> tuple[str, ...]:

@@ -6,9 +6,9 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from app.schemas.common import MAX_LOGPROBS, FieldError, RequestBase, RouteInfo, Usage
+from app.schemas.common import MAX_LOGPROBS, FieldError, RequestBase, RouteInfo, Text, Usage
 
-Prompt = str | list[str] | list[int] | list[list[int]]
+Prompt = Text | list[Text] | list[int] | list[list[int]]
 # Prompts in one request; each runs as its own engine request.
 MAX_PROMPTS = 32
 

@@ -1,0 +1,97 @@
+"""A bounded fuzz of both generation endpoints against the real server: the engines must stand.
+
+Per endpoint: the edge values of the fields that reach an engine (tests/fuzz_bodies.py), then
+EXAMPLES_PER_PATH drawn requests, each servable body cut to a few tokens (a CPU makes about
+13 a second per engine). The answers keep the property of tests/test_fuzz.py; afterwards
+/health is 200 and neither engine, nor the gateway, holds a request.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, Phase, example, given, settings
+
+from tests.engine.prompts import CODE, MODEL
+from tests.engine.server import ServerProcess
+from tests.engine.wire import call, refused
+from tests.fuzz_bodies import (
+    ENGINE_FIELDS,
+    PATHS,
+    Attempt,
+    Tally,
+    attempts,
+    check_answer,
+    edge_attempts,
+)
+
+EXAMPLES_PER_PATH = 75
+# Far above any answer of a few tokens: a request still open then is hung.
+TIMEOUT_SECONDS = 120
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_fuzzed_requests_leave_the_engines_standing(server: ServerProcess, path: str) -> None:
+    tally = Tally()
+    with httpx.Client(base_url=server.base_url, timeout=TIMEOUT_SECONDS) as client:
+
+        @settings(
+            max_examples=EXAMPLES_PER_PATH,
+            derandomize=True,
+            database=None,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+            # No shrinking: against real engines it takes minutes; the example is reported as
+            # drawn, and tests/test_fuzz.py shrinks whatever the fake engines share.
+            phases=[Phase.explicit, Phase.generate],
+        )
+        @given(attempt=attempts(path, cheap=True))
+        def fuzz(attempt: Attempt) -> None:
+            response = client.post(attempt.path, content=attempt.content, headers=attempt.headers)
+            tally.add(attempt, response.status_code)
+            check_answer(
+                attempt,
+                response.status_code,
+                response.headers.get("content-type", ""),
+                response.content,
+            )
+
+        edges = edge_attempts(path, ENGINE_FIELDS, cheap=True)
+        for attempt in edges:
+            fuzz = example(attempt=attempt)(fuzz)
+        started = time.monotonic()
+        fuzz()
+        print(tally.report(f"real engines, {path}", time.monotonic() - started))
+
+    assert tally.total >= len(edges) + EXAMPLES_PER_PATH
+    assert tally.statuses[200] > 0
+    assert httpx.get(f"{server.base_url}/health", timeout=10).status_code == 200
+    for route in ("speculative", "plain"):
+        assert server.metric("specgate_engine_unfinished_requests", engine=route) == 0
+        assert server.metric("specgate_requests_in_flight", engine=route) == 0
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [{"type": "array", "minItems": 10**6}, {"anyOf": [{"$ref": "#"}]}],
+    ids=["huge minItems", "self-reference"],
+)
+def test_a_schema_the_engine_cannot_follow_is_400(server: ServerProcess, schema: object) -> None:
+    # Each was a 500 until the fuzzer above found them: the first failed to compile in the
+    # engine core (vLLM's "auto" backend), the second admits no output at all.
+    body = {
+        "model": MODEL,
+        "messages": CODE,
+        "max_tokens": 3,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+    }
+    assert "schema" in refused(server, "/v1/chat/completions", body)["message"]
+
+
+def test_top_k_leaves_the_speculative_engine_standing(server: ServerProcess) -> None:
+    # Code goes to the speculative engine, whose core sampling with top_k alone killed.
+    body = {"model": MODEL, "messages": CODE, "max_tokens": 4, "top_k": 40}
+    assert call(server, "/v1/chat/completions", body)["specgate"]["route"] == "plain"
+    assert httpx.get(f"{server.base_url}/health", timeout=10).status_code == 200
