@@ -403,3 +403,8 @@ async def test_top_k_goes_to_the_plain_engine(client: httpx.AsyncClient) -> None
     for off in (-1, 0):  # top_k's two spellings of "no top-k" change nothing
         response = await client.post(CHAT, json=chat_body(top_k=off, **structured))
         assert response.headers["x-specgate-route"] == "speculative"
+
+
+async def test_a_body_without_content_type_is_read_as_json(client: httpx.AsyncClient) -> None:
+    response = await client.post(CHAT, content=json.dumps(chat_body()).encode())
+    assert response.status_code == 200, response.text

@@ -24,7 +24,13 @@ class BodyGuard:
             return
         headers = {name.lower(): value for name, value in scope["headers"]}
         content_type = headers.get(b"content-type", b"").decode("latin-1")
-        if content_type and not _is_json(content_type):
+        if not content_type:
+            # A body sent with no type at all is read as JSON, the only type this API takes.
+            scope = {
+                **scope,
+                "headers": [*scope["headers"], (b"content-type", b"application/json")],
+            }
+        elif not _is_json(content_type):
             await _refuse(
                 send, 415, f"Content-Type must be application/json, not {content_type!r}."
             )

@@ -7,6 +7,7 @@ usage counts come from the tokens actually served.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -128,14 +129,23 @@ class VllmEngine:
                     echoed.update(choice.index for choice in choices)
                 yield GenerationStep(prompt_tokens=len(prompt_ids), choices=choices)
         except (VLLMClientError, ValueError) as exc:
+            await self._forget(request.request_id)
             raise InvalidRequestError(str(exc)) from exc
         except EngineDeadError as exc:
             raise EngineUnavailableError(f"the {self.route} engine has stopped") from exc
         except EngineGenerateError as exc:
+            await self._forget(request.request_id)
             raise EngineFailureError(f"the {self.route} engine failed: {exc.__cause__}") from exc
         finally:
             # Closing vLLM's generator early aborts the request inside the engine.
             await stream.aclose()
+
+    async def _forget(self, request_id: str) -> None:
+        # vLLM can register a request and then fail to add it; it would stay counted as
+        # unfinished (read as load by the router) unless aborted. A no-op when it is gone.
+        if self._llm is not None:
+            with contextlib.suppress(Exception):
+                await self._llm.abort(request_id)
 
     def unfinished_requests(self) -> int:
         return 0 if self._llm is None else self._llm.get_num_unfinished_requests()
