@@ -50,7 +50,7 @@ class Admission:
         except BaseException as exc:
             if turn.done() and not turn.cancelled():
                 self.leave()  # the slot arrived as we gave up: pass it on
-            else:
+            elif turn in self._queue:  # leave() may have dropped it already, as cancelled
                 self._queue.remove(turn)
             if isinstance(exc, TimeoutError):
                 raise QueueTimeoutError(
