@@ -31,6 +31,20 @@ async def test_past_the_queue_requests_are_refused_at_once() -> None:
     assert admission.queued() == 0
 
 
+async def test_a_waiter_that_gives_up_frees_its_place() -> None:
+    admission = Admission("plain", max_running=1, max_queued=2, queue_timeout=10)
+    await admission.enter()
+    gone = asyncio.create_task(admission.enter())
+    second = asyncio.create_task(admission.enter())
+    await asyncio.sleep(0)
+    gone.cancel()  # its client went away while queued
+    admission.leave()  # the freed slot skips it and goes to the next in line
+    await asyncio.wait_for(second, 1)
+    assert gone.cancelled() and admission.queued() == 0 and admission.running == 1
+    admission.leave()
+    assert admission.running == 0
+
+
 async def test_a_request_queued_too_long_gets_a_503() -> None:
     admission = Admission("plain", max_running=1, max_queued=4, queue_timeout=0.05)
     await admission.enter()
