@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from app.engine.types import FinishReason, PromptEcho
+from app.engine.types import FinishReason
 from app.generation import ChoiceResult, Run
-from app.logprobs import completion_logprobs
+from app.logprobs import completion_logprobs, with_echo
 from app.routing.policy import RouteDecision
 from app.schemas.common import RouteInfo, SpeculativeUsage, Usage
 from app.schemas.completions import CompletionChoice
@@ -76,11 +76,10 @@ def completion_choice(
     index: int, choice: ChoiceResult, finish: Literal["stop", "length"], *, with_logprobs: bool
 ) -> CompletionChoice:
     """A whole legacy-completions choice: the echoed prompt (if any), then the output."""
-    echo = choice.echo or PromptEcho("")
-    entries = [*(echo.logprobs or ()), *(choice.logprobs or ())] if with_logprobs else None
+    text, entries = with_echo(choice.echo, choice.text, choice.logprobs)
     return CompletionChoice(
         index=index,
-        text=echo.text + choice.text,
-        logprobs=completion_logprobs(entries),
+        text=text,
+        logprobs=completion_logprobs(entries) if with_logprobs else None,
         finish_reason=finish,
     )

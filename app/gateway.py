@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from app.admission import Admission
 from app.engine.base import Engine
-from app.engine.types import GenerationRequest, Prompt, Route, SamplingOptions
+from app.engine.types import GenerationRequest, Prompt, Route, SamplingOptions, other_route
 from app.errors import (
     EngineUnavailableError,
     ModelNotFoundError,
@@ -65,7 +65,7 @@ class Gateway:
         chosen = self.engines.get(decision.route)
         if decision.basis == "header" or (chosen is not None and chosen.is_alive()):
             return decision
-        other: Route = "plain" if decision.route == "speculative" else "speculative"
+        other = other_route(decision.route)
         survivor = self.engines.get(other)
         if survivor is None or not survivor.is_alive() or decision.basis == "unsupported":
             return decision  # nothing better; starting it will answer 503

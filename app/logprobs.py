@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.engine.types import TokenLogprob
+from app.engine.types import PromptEcho, TokenLogprob
 from app.schemas.chat import ChatLogprobs, TokenLogprobOut, TopLogprob
 from app.schemas.completions import CompletionLogprobs
 
@@ -48,3 +48,12 @@ def completion_logprobs(
         # The echoed prompt's first token has no prediction, hence no alternatives.
         top_logprobs=[None if entry.logprob is None else dict(entry.top) for entry in entries],
     )
+
+
+def with_echo(
+    echo: PromptEcho | None, text: str, logprobs: Sequence[TokenLogprob] | None
+) -> tuple[str, list[TokenLogprob]]:
+    """A completions choice's text and token logprobs: the echoed prompt's first, if any."""
+    if echo is None:
+        return text, list(logprobs or ())
+    return echo.text + text, [*(echo.logprobs or ()), *(logprobs or ())]

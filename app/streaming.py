@@ -14,11 +14,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.engine.types import ChoiceDelta, PromptEcho
+from app.engine.types import ChoiceDelta
 from app.errors import SpecgateError, error_body
 from app.formatting import public_finish, route_info, usage
 from app.generation import Run
-from app.logprobs import chat_logprobs, completion_logprobs
+from app.logprobs import chat_logprobs, completion_logprobs, with_echo
 from app.schemas.chat import ChatChunkChoice, ChatCompletionChunk, ChatDelta
 from app.schemas.common import dump
 from app.schemas.completions import Completion, CompletionChoice
@@ -65,11 +65,9 @@ def completion_chunk_makers(
     offsets: dict[int, int] = {}
 
     def chunk(delta: ChoiceDelta, first: bool) -> BaseModel:
-        echo = delta.echo or PromptEcho("")
-        text = echo.text + delta.text
+        text, entries = with_echo(delta.echo, delta.text, delta.logprobs)
         logprobs = None
         if with_logprobs:
-            entries = [*(echo.logprobs or ()), *(delta.logprobs or ())]
             logprobs = completion_logprobs(entries, offsets.get(delta.index, 0))
             offsets[delta.index] = offsets.get(delta.index, 0) + sum(len(e.token) for e in entries)
         return Completion(

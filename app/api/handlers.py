@@ -14,8 +14,9 @@ from app.schemas.common import FieldError
 
 logger = logging.getLogger("specgate.errors")
 
-# Union members pydantic puts in an error's location ("prompt", "str").
-UNION_TAGS = {"str", "int", "float", "bool", "TextPart", "ResponseFormat", "StreamOptions"}
+# Union members pydantic puts in an error's location ("prompt", "str"): builtin types here,
+# and model classes, which are CamelCase where fields are snake_case.
+BUILTIN_TAGS = {"str", "int", "float", "bool"}
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -70,8 +71,14 @@ def _param_name(location: list[str]) -> str | None:
     for part in location:
         if part.isdigit():
             name += f"[{part}]"
-        elif part.startswith(("function-", "list[", "dict[")) or part in UNION_TAGS:
+        elif _is_union_tag(part):
             continue  # pydantic's names for validators and union members, not fields
         else:
             name += f".{part}" if name else part
     return name or None
+
+
+def _is_union_tag(part: str) -> bool:
+    if part.startswith(("function-", "list[", "dict[")) or part in BUILTIN_TAGS:
+        return True
+    return part[:1].isupper() and part.isidentifier()

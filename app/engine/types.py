@@ -9,6 +9,10 @@ Route = Literal["speculative", "plain"]
 FinishReason = Literal["stop", "length", "abort"]
 
 
+def other_route(route: Route) -> Route:
+    return "plain" if route == "speculative" else "speculative"
+
+
 class ChatMessage(TypedDict):
     role: str
     content: str

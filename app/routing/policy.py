@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from app.engine.types import Route
+from app.engine.types import Route, other_route
 from app.errors import InvalidRequestError
 from app.routing.classify import WorkloadClass, classify
 from app.routing.features import RequestFeatures
@@ -103,7 +103,7 @@ class Router:
             return RouteDecision(pinned, workload, "pinned", f"pinned: {workload} -> {pinned}")
         decision = self._measured(workload, features, load)
         if self.rules.exploration and self._rng.random() < self.rules.exploration:
-            other: Route = "plain" if decision.route == "speculative" else "speculative"
+            other = other_route(decision.route)
             return RouteDecision(
                 other, workload, "explore", f"explore: trying {other} for {workload}"
             )
