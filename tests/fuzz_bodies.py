@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
@@ -40,6 +41,19 @@ from tests.openai_schema import (
     ERROR,
     violations,
 )
+
+
+def fuzz_settings(examples: int, **overrides: Any) -> settings:
+    """Hypothesis settings both fuzz modules share: repeatable, no database, no deadline."""
+    return settings(
+        max_examples=examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        **overrides,
+    )
+
 
 MODEL = "SmolLM2-135M-Instruct"
 CHAT = "/v1/chat/completions"

@@ -13,10 +13,18 @@ import time
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 
 from tests.conftest import ClientFactory
-from tests.fuzz_bodies import PATHS, Attempt, Tally, attempts, check_answer, edge_attempts
+from tests.fuzz_bodies import (
+    PATHS,
+    Attempt,
+    Tally,
+    attempts,
+    check_answer,
+    edge_attempts,
+    fuzz_settings,
+)
 from tests.metrics_text import sample
 
 EXAMPLES_PER_PATH = 1000
@@ -37,13 +45,7 @@ async def test_fuzzed_requests_never_get_a_server_error(
 
     # Hypothesis runs its examples synchronously, so it runs in a worker thread and hands
     # each request to this test's event loop, where the app and its engines live.
-    @settings(
-        max_examples=EXAMPLES_PER_PATH,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
+    @fuzz_settings(EXAMPLES_PER_PATH)
     @given(attempt=attempts(path))
     def fuzz(attempt: Attempt) -> None:
         future = asyncio.run_coroutine_threadsafe(send(attempt), loop)

@@ -12,7 +12,7 @@ import time
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import Phase, example, given
 
 from tests.engine.prompts import CODE, MODEL
 from tests.engine.server import ServerProcess
@@ -25,6 +25,7 @@ from tests.fuzz_bodies import (
     attempts,
     check_answer,
     edge_attempts,
+    fuzz_settings,
 )
 
 EXAMPLES_PER_PATH = 75
@@ -36,17 +37,9 @@ TIMEOUT_SECONDS = 120
 def test_fuzzed_requests_leave_the_engines_standing(server: ServerProcess, path: str) -> None:
     tally = Tally()
     with httpx.Client(base_url=server.base_url, timeout=TIMEOUT_SECONDS) as client:
-
-        @settings(
-            max_examples=EXAMPLES_PER_PATH,
-            derandomize=True,
-            database=None,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-            # No shrinking: against real engines it takes minutes; the example is reported as
-            # drawn, and tests/test_fuzz.py shrinks whatever the fake engines share.
-            phases=[Phase.explicit, Phase.generate],
-        )
+        # No shrinking: against real engines it takes minutes; the example is reported as
+        # drawn, and tests/test_fuzz.py shrinks whatever the fake engines share.
+        @fuzz_settings(EXAMPLES_PER_PATH, phases=[Phase.explicit, Phase.generate])
         @given(attempt=attempts(path, cheap=True))
         def fuzz(attempt: Attempt) -> None:
             response = client.post(attempt.path, content=attempt.content, headers=attempt.headers)
