@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from app.engine.types import FinishReason
+from app.engine.types import FinishReason, SpecDecodeStats
 from app.generation import ChoiceResult, Run
 from app.logprobs import completion_logprobs, with_echo
 from app.routing.policy import RouteDecision
@@ -15,10 +15,13 @@ from app.schemas.completions import CompletionChoice
 def speculative_usage(run: Run) -> SpeculativeUsage | None:
     if run.decision.route != "speculative":
         return None
-    spec = run.spec
+    # None: the engine gave no figures (a remote upstream without per-request metrics, or
+    # n > 1 there): say nothing rather than report zero acceptance.
+    return _usage_of(run.spec)
+
+
+def _usage_of(spec: SpecDecodeStats | None) -> SpeculativeUsage | None:
     if spec is None:
-        # The engine gave no figures (a remote upstream without per-request metrics, or n > 1
-        # there): say nothing rather than report zero acceptance.
         return None
     return SpeculativeUsage(
         drafts=spec.drafts,
@@ -44,6 +47,7 @@ def route_info(run: Run) -> RouteInfo:
         workload_class=decision.workload_class.value,
         reason=decision.reason,
         speculative_decoding=speculative_usage(run),
+        shadow_drafting=_usage_of(run.shadow.stats if run.shadow is not None else None),
     )
 
 

@@ -18,9 +18,13 @@ from app.errors import (
 )
 from app.fanout import generate_all
 from app.generation import Endpoint, Run
+from app.in_flight import InFlight
 from app.metrics import GatewayMetrics
 from app.routing.features import RequestFeatures
-from app.routing.policy import RouteDecision, Router, parse_preference
+from app.routing.learner import Observation
+from app.routing.load_model import Load
+from app.routing.policy import RouteDecision, Router, RunningWork, parse_preference
+from app.routing.shadow_drafter import NgramConfig
 
 logger = logging.getLogger("specgate.requests")
 
@@ -37,6 +41,11 @@ class Gateway:
     # Log prompts and outputs (off by default: they are the users' data).
     log_requests: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
+    # The speculative engine's ngram settings, for the shadow drafter (None: not ngram).
+    shadow: NgramConfig | None = None
+    in_flight: InFlight = field(default_factory=InFlight)
+    # Runs streaming now, with the output they are expected to produce in all.
+    _running: dict[Run, float] = field(default_factory=dict)
 
     def check_model(self, model: str) -> None:
         if model != self.model_id:
@@ -52,10 +61,15 @@ class Gateway:
         options: SamplingOptions | None = None,
     ) -> RouteDecision:
         preference = parse_preference(route_header)
-        # Both embedded engines share one device, so every request in flight is load on the
-        # speculative one: at concurrency 8 on a CPU, drafting cost 30 % (bench/results).
-        load = sum(engine.unfinished_requests() for engine in self.engines.values())
-        decision = self.router.decide(preference, features, load, not_speculable(options))
+        # Both embedded engines share one device, so every sequence in flight on either is
+        # load on both: the router weighs a new request against what is running.
+        decision = self.router.decide(
+            preference,
+            features,
+            self.in_flight.now(),
+            not_speculable(options),
+            self._running_work(),
+        )
         decision = self._around_dead_engine(decision)
         self.metrics.record_decision(decision)
         return decision
@@ -102,15 +116,32 @@ class Gateway:
         if self.log_requests:
             logger.info("request %s to %s: prompts %r", request_id, decision.route, prompts)
         self.metrics.in_flight.labels(engine=decision.route).inc()
+        sequences = len(prompts) * options.n
+        mark = self.in_flight.add(decision.route, sequences)
         steps = generate_all(engine, requests)
 
         def finished(run: Run) -> None:
             admission.leave()
-            self._finished(run)
+            self._running.pop(run, None)
+            others = self.in_flight.average_since(mark).plus(decision.route, -sequences)
+            self.in_flight.remove(decision.route, sequences)
+            self._finished(run, others)
 
-        return await Run.start(steps, decision, endpoint, finished, request_id)
+        shadow = self.shadow if len(prompts) * options.n == 1 else None
+        run = await Run.start(steps, decision, endpoint, finished, request_id, shadow)
+        expected = self.router.learner.expected_output_tokens(
+            decision.workload_class, options.max_tokens
+        )
+        self._running[run] = expected * sequences
+        return run
 
-    def _finished(self, run: Run) -> None:
+    def _running_work(self) -> tuple[RunningWork, ...]:
+        return tuple(
+            RunningWork(run.decision.route, max(0.0, expected - run.completion_tokens))
+            for run, expected in self._running.items()
+        )
+
+    def _finished(self, run: Run, others: Load) -> None:
         self.metrics.record_run(run)
         if self.log_requests:
             outputs = [choice.text for _, choice in sorted(run.choices.items())]
@@ -118,13 +149,45 @@ class Gateway:
         if run.outcome != "ok":
             return
         # Only finished requests teach the router: an abort says nothing about speed.
-        decision, learner = run.decision, self.router.learner
-        if run.inter_token_latency is not None:
-            learner.observe_latency(
-                decision.workload_class, decision.route, run.inter_token_latency * 1000
-            )
+        learner = self.router.learner
+        observation = observe(run, Load(max(0.0, others.plain), max(0.0, others.speculative)))
+        if observation is not None:
+            learner.observe(observation)
         if run.spec is not None:
-            learner.observe_acceptance(decision.workload_class, run.spec)
+            learner.observe_acceptance(run.decision.workload_class, run.spec)
+        shadow = run.shadow
+        if run.decision.route == "plain" and shadow is not None and shadow.steps:
+            # What drafting would have yielded, learned without sending the request there.
+            learner.observe_shadow(
+                run.decision.workload_class, shadow.recent_tokens_per_step(shadow.steps) or 1.0
+            )
+            learner.observe_acceptance(run.decision.workload_class, shadow.stats)
+
+
+def observe(run: Run, others: Load) -> Observation | None:
+    """A finished run's step time and tokens per step, or None when it says nothing.
+
+    Runs of several sequences are left out: their choices may share one engine sequence
+    (greedy n > 1 is repeated) and their steps cannot be told apart.
+    """
+    if len(run.choices) != 1 or run.first_token_at is None or run.finished_at is None:
+        return None
+    later_tokens = run.completion_tokens - 1  # the first comes from the prompt's prefill
+    if later_tokens <= 0:
+        return None
+    accepted = run.spec.accepted_tokens if run.spec is not None else 0
+    # vLLM counts a last draft's accepted tokens before max_tokens or a stop trims the
+    # output, so accepted tokens can outnumber the tokens that arrived.
+    steps = max(1, later_tokens - accepted)
+    decode_ms = (run.finished_at - run.first_token_at) * 1000
+    return Observation(
+        workload=run.decision.workload_class,
+        route=run.decision.route,
+        others=others,
+        ms_per_token=decode_ms / later_tokens,
+        tokens_per_step=later_tokens / steps,
+        output_tokens=run.completion_tokens,
+    )
 
 
 def not_speculable(options: SamplingOptions | None) -> str | None:

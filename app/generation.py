@@ -17,6 +17,7 @@ from app.engine.types import (
 )
 from app.errors import EngineFailureError, SpecgateError
 from app.routing.policy import RouteDecision
+from app.routing.shadow_drafter import NgramConfig, ShadowDrafter
 
 logger = logging.getLogger("specgate.generation")
 
@@ -33,7 +34,8 @@ class ChoiceResult:
     echo: PromptEcho | None = None
 
 
-@dataclass
+# Compared by identity: the gateway keeps the runs in flight in a dict.
+@dataclass(eq=False)
 class Run:
     decision: RouteDecision
     endpoint: Endpoint
@@ -46,6 +48,10 @@ class Run:
     first_token_at: float | None = None
     finished_at: float | None = None
     failed: bool = False
+    # Replays the output through an ngram drafter: what drafting gives this request, on
+    # either route. Set for single-sequence runs on engines that expose token ids.
+    shadow: ShadowDrafter | None = None
+    shadow_config: NgramConfig | None = None
     _steps: AsyncIterator[GenerationStep] | None = None
     _first: GenerationStep | None = None
 
@@ -57,13 +63,14 @@ class Run:
         endpoint: Endpoint,
         on_finish: Callable[[Run], None],
         request_id: str = "",
+        shadow: NgramConfig | None = None,
     ) -> Run:
         """Wait for the first of the engine's `steps` (its request is submitted by then).
 
         Errors the engine finds in the request surface here, while the caller can still
         answer with an error status instead of a broken stream.
         """
-        run = cls(decision, endpoint, on_finish, request_id)
+        run = cls(decision, endpoint, on_finish, request_id, shadow_config=shadow)
         run._steps = steps
         try:
             run._first = await anext(run._steps)
@@ -136,11 +143,17 @@ class Run:
         steps, self._steps = self._steps, None
         await steps.aclose()  # type: ignore[attr-defined]
         self.finished_at = time.monotonic()
+        if self.shadow is not None:
+            self.shadow.finish()
         self.on_finish(self)
 
     def _account(self, step: GenerationStep) -> None:
         self.prompt_tokens = step.prompt_tokens
+        if step.prompt_token_ids is not None and self.shadow_config and len(step.choices) == 1:
+            self.shadow = ShadowDrafter(step.prompt_token_ids, self.shadow_config)
         for delta in step.choices:
+            if self.shadow is not None:
+                self.shadow.feed(delta.token_ids)
             choice = self.choices.setdefault(delta.index, ChoiceResult())
             choice.text += delta.text
             choice.tokens += delta.new_tokens

@@ -20,6 +20,7 @@ from app.metrics import GatewayMetrics
 from app.routing.classify import WorkloadClass
 from app.routing.learner import Learner
 from app.routing.policy import Router, RoutingRules
+from app.routing.shadow_drafter import NgramConfig
 from app.settings import Settings
 
 
@@ -55,6 +56,23 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         build_router(settings),
         shutdown_grace_seconds=settings.shutdown_grace_seconds,
         log_requests=settings.log_requests,
+        shadow=shadow_config(settings, engines),
+    )
+
+
+def shadow_config(settings: Settings, engines: Mapping[Route, Engine]) -> NgramConfig | None:
+    """The speculative engine's prompt lookup, for the shadow drafter; None if not ngram."""
+    config = settings.engine_speculative_config()
+    max_model_len = min(
+        (getattr(engine, "max_model_len", None) or 0 for engine in engines.values()), default=0
+    )
+    if config.get("method") != "ngram" or max_model_len <= 0:
+        return None
+    return NgramConfig(
+        k=int(config["num_speculative_tokens"]),
+        min_n=int(config.get("prompt_lookup_min") or 1),
+        max_n=int(config.get("prompt_lookup_max") or config.get("prompt_lookup_min") or 1),
+        max_model_len=max_model_len,
     )
 
 

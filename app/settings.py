@@ -130,10 +130,11 @@ class Settings(BaseSettings):
         None, ge=0, description="Above this temperature, auto never speculates. Default: no limit."
     )
     routing_max_speculative_load: int | None = Field(
-        4,
+        None,
         gt=0,
-        description="When the engines (which share one device) already hold this many "
-        "requests, auto sends new ones to the plain engine: under load, drafting stops paying.",
+        description="A hard ceiling: when the engines (which share one device) already hold "
+        "this many sequences, auto sends new ones to the plain engine. Default: none; the "
+        "load model finds the crossover from traffic.",
     )
     routing_min_acceptance: float = Field(
         0.05,

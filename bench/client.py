@@ -75,6 +75,14 @@ class Sample:
     reason: str | None = None
     spec: SpecCounters | None = None  # drafting figures, when the speculative engine served
     finish_reason: str | None = None
+    # The route segments of a response that changed engine mid-stream, from the `segments`
+    # list of the last `specgate` object in the stream; None where the server sends none.
+    segments: list[Any] | None = None
+
+    @property
+    def switches(self) -> int:
+        """Mid-stream engine switches: one fewer than the segments, 0 where none are reported."""
+        return max(len(self.segments) - 1, 0) if self.segments else 0
 
 
 def request_body(
@@ -145,6 +153,9 @@ async def measure(
                     sample.finish_reason = finish
                 if event.get("usage"):
                     usage = event["usage"]
+                info = event.get("specgate")
+                if isinstance(info, dict) and isinstance(info.get("segments"), list):
+                    sample.segments = info["segments"]
         ended = time.perf_counter()
     except httpx.HTTPError as exc:
         sample.error = f"{type(exc).__name__}: {exc}"

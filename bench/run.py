@@ -50,6 +50,9 @@ logger = logging.getLogger("bench")
 
 REPO = Path(__file__).resolve().parents[1]
 CLASSES = ("code", "structured", "edit", "open-ended")
+SPLITS = ("tune", "report")
+# Prompt-file fields that describe the prompt and are never sent to the server.
+BOOKKEEPING_FIELDS = ("id", "class", "endpoint", "split", "shape")
 MODEL_NAME = "SmolLM2-135M-Instruct"
 MODEL_DIR = Path.home() / ".cache" / "specgate" / "models" / MODEL_NAME
 
@@ -81,8 +84,11 @@ class Pass:
 # -- the prompt set ------------------------------------------------------------------------------
 
 
-def load_prompts(path: Path, limit_per_class: int | None) -> list[Prompt]:
+def load_prompts(path: Path, limit_per_class: int | None, split: str = "all") -> list[Prompt]:
     """Read the JSONL prompt set, keep the first N of each class, interleave the classes.
+
+    `split` "tune" or "report" keeps only the lines whose `split` field says so (first, before
+    the per-class limit); "all" keeps every line.
 
     Interleaving (code, structured, edit, open-ended, code, ...) spreads the machine's drift
     over all classes instead of letting it land on whichever class comes last in the file.
@@ -91,7 +97,10 @@ def load_prompts(path: Path, limit_per_class: int | None) -> list[Prompt]:
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
             continue
-        prompt = _parse_prompt(json.loads(line), f"{path}:{number}")
+        row = json.loads(line)
+        prompt = _parse_prompt(row, f"{path}:{number}")
+        if split != "all" and row.get("split") != split:
+            continue
         by_class.setdefault(prompt.cls, []).append(prompt)
     for cls, prompts in by_class.items():
         by_class[cls] = prompts[:limit_per_class] if limit_per_class else prompts
@@ -111,8 +120,10 @@ def _parse_prompt(row: dict[str, Any], where: str) -> Prompt:
     content_key = "messages" if endpoint == "chat" else "prompt"
     if content_key not in row:
         raise SystemExit(f"{where}: a {endpoint} prompt needs {content_key!r}")
+    if row.get("split") not in (None, *SPLITS):
+        raise SystemExit(f"{where}: split must be one of {SPLITS}, got {row['split']!r}")
     # Everything but the bookkeeping fields goes to the server as written.
-    fields = {k: v for k, v in row.items() if k not in ("id", "class", "endpoint")}
+    fields = {k: v for k, v in row.items() if k not in BOOKKEEPING_FIELDS}
     return Prompt(str(row.get("id", where)), cls, endpoint, fields)
 
 
@@ -440,6 +451,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--prompts", type=Path, default=REPO / "bench" / "prompts.jsonl")
     parser.add_argument("--limit-per-class", type=int, default=None, metavar="N")
     parser.add_argument(
+        "--split",
+        choices=("tune", "report", "all"),
+        default="all",
+        help="only the prompts of this split (the prompt file's `split` field)",
+    )
+    parser.add_argument(
         "--max-tokens", type=int, default=None, metavar="N", help="override every max_tokens"
     )
     parser.add_argument(
@@ -496,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parse_args(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
-    prompts = load_prompts(args.prompts, args.limit_per_class)
+    prompts = load_prompts(args.prompts, args.limit_per_class, args.split)
     if not prompts:
         raise SystemExit(f"no prompts in {args.prompts}")
     logger.info(

@@ -6,6 +6,7 @@ from app.engine.fake import FakeEngine
 from app.gateway import Gateway
 from app.main import build_gateway
 from app.routing.features import extract_features
+from app.routing.load_model import Load
 from app.settings import Settings
 
 JSON_TASK = extract_features('[{"a": 1, "b": 2},\n {"a": 3, "b": 4},\n {"a": 5,', temperature=0)
@@ -18,24 +19,43 @@ def gateway() -> tuple[Gateway, dict[str, FakeEngine]]:
 
 
 def test_requests_on_either_engine_count_as_load() -> None:
-    gate, engines = gateway()
+    gate, _ = gateway()
     assert gate.decide(None, JSON_TASK).route == "speculative"
-    engines["plain"].active.update({"a", "b", "c"})
-    engines["speculative"].active.add("d")
+    gate.in_flight.add("plain", 3)
+    gate.in_flight.add("speculative", 1)
     decision = gate.decide("auto", JSON_TASK)
     assert (decision.route, decision.basis) == ("plain", "load")
     assert decision.reason == "load: 4 requests in flight"
+    assert decision.load == Load(plain=3, speculative=1)
     assert gate.decide("on", JSON_TASK).route == "speculative"  # the header still wins
+
+
+async def test_a_running_request_is_load_until_it_ends() -> None:
+    from app.engine.types import SamplingOptions
+
+    gate, _ = gateway()
+    decision = gate.decide("off", JSON_TASK)
+    run = await gate.start(decision, "r1", ["a b c"], SamplingOptions(max_tokens=5, n=2), "chat")
+    assert gate.in_flight.now() == Load(plain=2)
+    (work,) = gate._running_work()
+    assert work.route == "plain" and work.remaining_tokens > 0
+    await run.collect()
+    assert gate.in_flight.now() == Load()
+    assert gate._running_work() == ()
 
 
 async def test_finished_requests_teach_the_router() -> None:
     from app.engine.types import SamplingOptions
 
     gate, _ = gateway()
-    decision = gate.decide("on", JSON_TASK)
-    run = await gate.start(decision, "r1", ["a b c"], SamplingOptions(max_tokens=5), "completions")
-    await run.collect()
-    estimates = gate.router.learner.snapshot()["structured"]
-    assert estimates["speculative_samples"] == 1
+    options = SamplingOptions(max_tokens=5)
+    for i, header in enumerate(("off", "on")):
+        run = await gate.start(gate.decide(header, JSON_TASK), f"r{i}", ["a b c"], options, "chat")
+        await run.collect()
+    learner = gate.router.learner
+    estimates = learner.snapshot()["structured"]
+    assert (estimates["plain_samples"], estimates["speculative_samples"]) == (1, 1)
     assert estimates["acceptance_samples"] == 1
-    assert estimates["plain_samples"] == 0
+    assert estimates["tokens_per_step_samples"] == 1
+    assert learner.load_model.routes["plain"].samples == 1
+    assert learner.load_model.routes["speculative"].samples == 1

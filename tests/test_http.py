@@ -402,7 +402,9 @@ async def test_top_k_goes_to_the_plain_engine(client: httpx.AsyncClient) -> None
     assert_openai_error(forced, 400, "X-Speculative")
     for off in (-1, 0):  # top_k's two spellings of "no top-k" change nothing
         response = await client.post(CHAT, json=chat_body(top_k=off, **structured))
-        assert response.headers["x-specgate-route"] == "speculative"
+        # The route is the learner's (which has just seen the fake plain engine's instant
+        # tokens), not a refusal to draft.
+        assert response.headers["x-specgate-reason"].startswith("expected speed-up")
 
 
 async def test_a_body_without_content_type_is_read_as_json(client: httpx.AsyncClient) -> None:

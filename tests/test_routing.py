@@ -6,12 +6,13 @@ import random
 
 import pytest
 
-from app.engine.types import SpecDecodeStats
+from app.engine.types import Route, SpecDecodeStats
 from app.errors import InvalidRequestError
 from app.routing.classify import WorkloadClass, classify
 from app.routing.features import extract_features
-from app.routing.learner import Average, Learner
-from app.routing.policy import Router, RoutingRules, parse_preference
+from app.routing.learner import Average, Learner, Observation
+from app.routing.load_model import Load
+from app.routing.policy import Router, RoutingRules, RunningWork, parse_preference
 
 PASSAGE = (
     "Our team met on Tuesday to discuss the migration. Alice said the database move "
@@ -84,18 +85,59 @@ def test_pins_override_the_learner() -> None:
     assert (decision.route, decision.basis) == ("plain", "pinned")
 
 
+def seen(route: Route, ms: float, others: Load | None = None, tokens: int = 64) -> Observation:
+    return Observation(WorkloadClass.STRUCTURED, route, others or Load(), ms, 1.5, tokens)
+
+
 def test_latency_feedback_flips_a_class() -> None:
     learner = Learner()
     routed = router(learner)
     assert routed.decide("auto", JSON_TASK).route == "speculative"
     for _ in range(5):  # this server finds drafting slower for structured work
-        learner.observe_latency(WorkloadClass.STRUCTURED, "speculative", 120.0)
-        learner.observe_latency(WorkloadClass.STRUCTURED, "plain", 60.0)
+        learner.observe(seen("speculative", 120.0))
+        learner.observe(seen("plain", 60.0))
     decision = routed.decide("auto", JSON_TASK)
     assert (decision.route, decision.basis) == ("plain", "learned")
     for _ in range(10):  # and later faster again
-        learner.observe_latency(WorkloadClass.STRUCTURED, "speculative", 20.0)
+        learner.observe(seen("speculative", 20.0))
     assert routed.decide("auto", JSON_TASK).route == "speculative"
+
+
+def test_the_crossover_is_learned_from_traffic() -> None:
+    # A device where drafting wins alone and loses from 2 others in flight: the priors
+    # (a CPU's) put the structured crossover elsewhere; the traffic moves it.
+    def truth(route: Route, others: float) -> float:
+        return 20.0 + 12.0 * others if route == "speculative" else 30.0 + 3.0 * others
+
+    learner = Learner()
+    rng = random.Random(1)
+    for _ in range(200):
+        others = Load(plain=rng.randint(0, 4), speculative=rng.randint(0, 4))
+        route: Route = rng.choice(["speculative", "plain"])
+        noisy = truth(route, others.total) * rng.uniform(0.95, 1.05)
+        learner.observe(seen(route, noisy, others))
+    routed = router(learner)
+    for total in range(6):
+        crowd = Load(plain=total)
+        expected = "speculative" if truth("speculative", total) < truth("plain", total) else "plain"
+        assert routed.decide("auto", JSON_TASK, crowd).route == expected, total
+        for route in ("speculative", "plain"):
+            predicted = learner.ms_per_token(WorkloadClass.STRUCTURED, route, crowd)
+            assert predicted == pytest.approx(truth(route, total), rel=0.1), (route, total)
+
+
+def test_the_cost_counts_what_a_request_adds_to_the_running_ones() -> None:
+    learner = Learner()
+    routed = router(learner)
+    alone = routed.cost("speculative", WorkloadClass.STRUCTURED, 64, Load(), ())
+    assert alone.added_ms == 0
+    running = (RunningWork("plain", 500.0), RunningWork("speculative", 10.0))
+    crowded = routed.cost("speculative", WorkloadClass.STRUCTURED, 64, Load(1, 1), running)
+    # Each running sequence is slowed for the tokens the two share, at its route's slope.
+    slope_plain = learner.load_model.slope("plain", "speculative")
+    slope_spec = learner.load_model.slope("speculative", "speculative")
+    assert crowded.added_ms == pytest.approx(slope_plain * 64 + slope_spec * 10)
+    assert crowded.own_ms > alone.own_ms
 
 
 def test_low_acceptance_stops_speculation() -> None:
@@ -115,8 +157,8 @@ def test_low_acceptance_stops_speculation() -> None:
 
 def test_load_on_the_speculative_engine_sends_work_to_plain() -> None:
     routed = router(max_speculative_load=4)
-    assert routed.decide("auto", JSON_TASK, load=3).route == "speculative"
-    decision = routed.decide("auto", JSON_TASK, load=4)
+    assert routed.decide("auto", JSON_TASK, load=Load(plain=1)).basis != "load"
+    decision = routed.decide("auto", JSON_TASK, load=Load(plain=3, speculative=1))
     assert (decision.route, decision.basis) == ("plain", "load")
 
 

@@ -1,7 +1,8 @@
-"""GET /v1/routing: what the router has learned, per workload class."""
+"""GET /v1/routing: the rules, the load model, and what the router has learned per class."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from fastapi import APIRouter
@@ -24,6 +25,10 @@ async def routing_state(gateway: GatewayDep) -> dict[str, Any]:
             "max_speculative_temperature": rules.max_speculative_temperature,
             "max_speculative_load": rules.max_speculative_load,
             "min_acceptance": rules.min_acceptance,
+        },
+        "load_model": {
+            "in_flight": asdict(gateway.in_flight.now()),
+            "ms_per_token": learner.load_model.snapshot(),
         },
         "classes": learner.snapshot(),
     }

@@ -107,6 +107,9 @@ class ChoiceDelta:
     logprobs: tuple[TokenLogprob, ...] | None = None
     # On the first delta of each choice of an echo request.
     echo: PromptEcho | None = None
+    # The new tokens' ids, where the engine exposes them (embedded engines do): the shadow
+    # drafter and a mid-stream move need them.
+    token_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -115,3 +118,5 @@ class GenerationStep:
 
     prompt_tokens: int
     choices: list[ChoiceDelta]
+    # The prompt as the engine tokenised it, on a request's first step (embedded engines).
+    prompt_token_ids: tuple[int, ...] | None = None

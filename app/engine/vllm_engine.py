@@ -117,6 +117,7 @@ class VllmEngine:
         first = True
         try:
             async for output in stream:
+                step_prompt_ids = tuple(prompt_ids) if first else None
                 choices = [self._choice_delta(choice, options, first) for choice in output.outputs]
                 first = False
                 if options.echo:
@@ -127,7 +128,11 @@ class VllmEngine:
                         for choice in choices
                     ]
                     echoed.update(choice.index for choice in choices)
-                yield GenerationStep(prompt_tokens=len(prompt_ids), choices=choices)
+                yield GenerationStep(
+                    prompt_tokens=len(prompt_ids),
+                    choices=choices,
+                    prompt_token_ids=step_prompt_ids,
+                )
         except (VLLMClientError, ValueError) as exc:
             await self._forget(request.request_id)
             raise InvalidRequestError(str(exc)) from exc
@@ -230,6 +235,7 @@ class VllmEngine:
             finish_reason=finish,
             spec=_spec_stats(choice.spec_decode_metrics),
             logprobs=logprobs,
+            token_ids=tuple(choice.token_ids),
         )
 
     def _echo(

@@ -1,9 +1,20 @@
-"""What the gateway has measured per workload class: latency per engine, and acceptance.
+"""What the gateway has measured: per route, milliseconds per token under load; per
+workload class, how its tokens compare with that line, and what drafting yields it.
+
+A route's milliseconds per output token, for a class at a load, is
+
+    class_factor[route, class] * ms_per_token[route](load)
+
+The line comes from the load model (app/routing/load_model.py), shared by all classes, so
+what one class teaches about load serves every class. The factor holds what makes a class
+cheaper or dearer than the line: on the speculative route, chiefly how many drafts land.
+Tokens per speculative step (from the speculative engine's figures and, for requests the
+plain engine served, from the shadow drafter) are kept beside it, to say how much engine
+work a running request has left.
 
 Estimates start from priors measured on a CPU like the ones specgate is developed on
-(../shared/vllm-cpu-notes.md, float32 eager) and move toward what this server observes, as
-exponentially weighted averages. They live in memory only: a restart goes back to the
-priors, which a few requests per class correct (see README, "Routing").
+(bench/results at concurrency 1) and move toward what this server observes. They live in
+memory only: a restart goes back to the priors (see README, "Routing").
 """
 
 from __future__ import annotations
@@ -13,15 +24,19 @@ from typing import Any
 
 from app.engine.types import Route, SpecDecodeStats
 from app.routing.classify import WorkloadClass
+from app.routing.load_model import Load, LoadModel
 
-# (plain, speculative) milliseconds per output token.
-CPU_PRIORS: dict[WorkloadClass, tuple[float, float]] = {
-    WorkloadClass.STRUCTURED: (90.0, 41.0),  # JSON continuation: 2.2x
-    WorkloadClass.CODE_EDIT: (80.0, 60.0),  # copies the supplied code
-    WorkloadClass.REWRITE: (80.0, 60.0),  # copies the supplied passage
-    WorkloadClass.CODE: (75.0, 76.0),  # fresh code: about even, so plain
-    WorkloadClass.OPEN_ENDED: (76.0, 101.0),  # poem at T=1: 0.75x
+# Each class's speculative ITL at concurrency 1 over the speculative line's (27 ms), from
+# bench/results; the plain route's classes all ran at the line's 30 ms there.
+CPU_SPECULATIVE_FACTORS: dict[WorkloadClass, float] = {
+    WorkloadClass.STRUCTURED: 0.85,
+    WorkloadClass.CODE_EDIT: 0.93,
+    WorkloadClass.REWRITE: 0.81,
+    WorkloadClass.CODE: 0.93,
+    WorkloadClass.OPEN_ENDED: 1.22,
 }
+# What an absent max_tokens is expected to produce, before any request of the class finished.
+PRIOR_OUTPUT_TOKENS = 128.0
 
 
 @dataclass
@@ -41,63 +56,114 @@ class Average:
 
 @dataclass
 class ClassEstimates:
-    latency: dict[Route, Average]
+    factor: dict[Route, Average]
+    tokens_per_step: Average  # on the speculative route, the bonus token included
     acceptance_rate: Average
-    accepted_length: Average  # tokens emitted per verification step, the bonus token included
+    output_tokens: Average
+    # ms per output token as served, whatever the load: for people reading /v1/routing.
+    latency: dict[Route, Average]
 
-    def expected_speedup(self) -> float | None:
-        plain, speculative = self.latency["plain"].value, self.latency["speculative"].value
-        if plain is None or speculative is None or speculative <= 0:
-            return None
-        return plain / speculative
+
+@dataclass(frozen=True)
+class Observation:
+    """One finished request's figures, per sequence."""
+
+    workload: WorkloadClass
+    route: Route
+    others: Load  # the other sequences in flight, averaged over the request's life
+    ms_per_token: float  # after the first token
+    tokens_per_step: float
+    output_tokens: int
 
 
 class Learner:
     def __init__(
         self,
         alpha: float = 0.2,
-        priors: dict[WorkloadClass, tuple[float, float]] | None = None,
+        speculative_factors: dict[WorkloadClass, float] | None = None,
+        load_model: LoadModel | None = None,
     ) -> None:
-        priors = CPU_PRIORS if priors is None else priors
-        self.classes: dict[WorkloadClass, ClassEstimates] = {}
-        for workload in WorkloadClass:
-            plain, speculative = priors.get(workload, (None, None))
-            self.classes[workload] = ClassEstimates(
-                latency={
-                    "plain": Average(plain, alpha),
-                    "speculative": Average(speculative, alpha),
+        priors = CPU_SPECULATIVE_FACTORS if speculative_factors is None else speculative_factors
+        self.load_model = load_model or LoadModel()
+        self.classes: dict[WorkloadClass, ClassEstimates] = {
+            workload: ClassEstimates(
+                factor={
+                    "plain": Average(1.0, alpha),
+                    "speculative": Average(priors.get(workload, 1.0), alpha),
                 },
+                tokens_per_step=Average(None, alpha),
                 acceptance_rate=Average(None, alpha),
-                accepted_length=Average(None, alpha),
+                output_tokens=Average(PRIOR_OUTPUT_TOKENS, alpha),
+                latency={"plain": Average(None, alpha), "speculative": Average(None, alpha)},
             )
+            for workload in WorkloadClass
+        }
 
-    def observe_latency(self, workload: WorkloadClass, route: Route, ms_per_token: float) -> None:
-        self.classes[workload].latency[route].observe(ms_per_token)
+    def ms_per_token(self, workload: WorkloadClass, route: Route, others: Load) -> float:
+        """Expected ms per output token for a new sequence of `workload` on `route`."""
+        factor = self.classes[workload].factor[route].value or 1.0
+        return factor * self.load_model.ms_per_token(route, others)
+
+    def tokens_per_step(self, workload: WorkloadClass, route: Route) -> float:
+        if route == "plain":
+            return 1.0
+        return max(1.0, self.classes[workload].tokens_per_step.value or 1.0)
+
+    def expected_output_tokens(self, workload: WorkloadClass, max_tokens: int | None) -> float:
+        typical = self.classes[workload].output_tokens.value or PRIOR_OUTPUT_TOKENS
+        return typical if max_tokens is None else min(float(max_tokens), typical)
+
+    def observe(self, observation: Observation) -> None:
+        estimates = self.classes[observation.workload]
+        route, others = observation.route, observation.others
+        factor = estimates.factor[route]
+        line = self.load_model.ms_per_token(route, others)
+        # The line learns with this class's offset taken out; the class learns its offset
+        # against the line.
+        self.load_model.observe(route, others, observation.ms_per_token / (factor.value or 1.0))
+        factor.observe(observation.ms_per_token / line)
+        if route == "speculative":
+            estimates.tokens_per_step.observe(observation.tokens_per_step)
+        estimates.output_tokens.observe(observation.output_tokens)
+        estimates.latency[route].observe(observation.ms_per_token)
+
+    def observe_shadow(self, workload: WorkloadClass, tokens_per_step: float) -> None:
+        """What drafting would have yielded a request the plain engine served."""
+        self.classes[workload].tokens_per_step.observe(tokens_per_step)
 
     def observe_acceptance(self, workload: WorkloadClass, stats: SpecDecodeStats) -> None:
         if stats.draft_tokens == 0:
             return  # nothing was drafted: no evidence either way
-        estimates = self.classes[workload]
-        estimates.acceptance_rate.observe(stats.acceptance_rate)
-        estimates.accepted_length.observe(stats.accepted_length)
-
-    def expected_speedup(self, workload: WorkloadClass) -> float | None:
-        return self.classes[workload].expected_speedup()
+        self.classes[workload].acceptance_rate.observe(stats.acceptance_rate)
 
     def acceptance(self, workload: WorkloadClass) -> Average:
         return self.classes[workload].acceptance_rate
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
+        alone = Load()
         return {
             workload.value: {
-                "plain_ms_per_token": _rounded(estimates.latency["plain"].value),
-                "plain_samples": estimates.latency["plain"].samples,
-                "speculative_ms_per_token": _rounded(estimates.latency["speculative"].value),
-                "speculative_samples": estimates.latency["speculative"].samples,
-                "expected_speedup": _rounded(estimates.expected_speedup()),
+                "plain_ms_per_token_alone": _rounded(self.ms_per_token(workload, "plain", alone)),
+                "speculative_ms_per_token_alone": _rounded(
+                    self.ms_per_token(workload, "speculative", alone)
+                ),
+                "expected_speedup": _rounded(
+                    self.ms_per_token(workload, "plain", alone)
+                    / self.ms_per_token(workload, "speculative", alone)
+                ),
+                "speculative_tokens_per_step": _rounded(estimates.tokens_per_step.value),
+                "tokens_per_step_samples": estimates.tokens_per_step.samples,
+                "factor": {
+                    route: _rounded(average.value) for route, average in estimates.factor.items()
+                },
+                "observed_ms_per_token": {
+                    route: _rounded(average.value) for route, average in estimates.latency.items()
+                },
+                "plain_samples": estimates.factor["plain"].samples,
+                "speculative_samples": estimates.factor["speculative"].samples,
                 "acceptance_rate": _rounded(estimates.acceptance_rate.value),
-                "mean_accepted_length": _rounded(estimates.accepted_length.value),
                 "acceptance_samples": estimates.acceptance_rate.samples,
+                "mean_output_tokens": _rounded(estimates.output_tokens.value),
             }
             for workload, estimates in self.classes.items()
         }

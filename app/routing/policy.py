@@ -1,17 +1,18 @@
 """The routing decision for one request.
 
 In order: fields vLLM cannot serve while drafting, the client's X-Speculative header,
-an operator's pinned classes, a temperature
-ceiling, the load in flight, the class's rolling acceptance, and finally the
-learned expected speed-up. A small share of `auto` traffic explores the other engine so
-that a class routed badly can recover.
+an operator's pinned classes, a temperature ceiling, an optional load ceiling, the class's
+rolling acceptance, and finally the expected cost of each route under the load in flight:
+the new request's own time, plus what it adds to the requests already running (goodput,
+not acceptance alone). A small share of `auto` traffic explores the other engine so that a
+class routed badly can recover.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from app.engine.types import Route, other_route
@@ -19,6 +20,7 @@ from app.errors import InvalidRequestError
 from app.routing.classify import WorkloadClass, classify
 from app.routing.features import RequestFeatures
 from app.routing.learner import Learner
+from app.routing.load_model import Load
 
 HEADER = "X-Speculative"
 Preference = Literal["on", "off", "auto"]
@@ -48,12 +50,34 @@ class RoutingRules:
 
 
 @dataclass(frozen=True)
+class RunningWork:
+    """A sequence already in flight: where it runs and the tokens it is expected to have left."""
+
+    route: Route
+    remaining_tokens: float
+
+
+@dataclass(frozen=True)
+class RouteCost:
+    """Expected milliseconds a route costs: the request's own, and what it adds to others."""
+
+    own_ms: float
+    added_ms: float
+
+    @property
+    def total_ms(self) -> float:
+        return self.own_ms + self.added_ms
+
+
+@dataclass(frozen=True)
 class RouteDecision:
     route: Route
     workload_class: WorkloadClass
     basis: Basis
     reason: str
     expected_speedup: float | None = None
+    # Sequences in flight when the decision was made.
+    load: Load = field(default_factory=Load)
 
 
 def parse_preference(header_value: str | None) -> Preference:
@@ -79,11 +103,13 @@ class Router:
         self,
         preference: Preference,
         features: RequestFeatures,
-        load: int = 0,
+        load: Load | None = None,
         not_speculable: str | None = None,
+        running: tuple[RunningWork, ...] = (),
     ) -> RouteDecision:
         """`not_speculable` names request fields that vLLM cannot serve while drafting."""
         workload = classify(features)
+        load = load or Load()
         if not_speculable and preference != "off":
             if preference == "on":
                 raise InvalidRequestError(
@@ -101,7 +127,7 @@ class Router:
         pinned = self.rules.pins.get(workload)
         if pinned is not None:
             return RouteDecision(pinned, workload, "pinned", f"pinned: {workload} -> {pinned}")
-        decision = self._measured(workload, features, load)
+        decision = replace(self._measured(workload, features, load, running), load=load)
         if self.rules.exploration and self._rng.random() < self.rules.exploration:
             other = other_route(decision.route)
             return RouteDecision(
@@ -110,7 +136,11 @@ class Router:
         return decision
 
     def _measured(
-        self, workload: WorkloadClass, features: RequestFeatures, load: int
+        self,
+        workload: WorkloadClass,
+        features: RequestFeatures,
+        load: Load,
+        running: tuple[RunningWork, ...],
     ) -> RouteDecision:
         rules = self.rules
         ceiling = rules.max_speculative_temperature
@@ -118,12 +148,12 @@ class Router:
             return RouteDecision(
                 "plain", workload, "temperature", f"temperature {features.temperature} > {ceiling}"
             )
-        if rules.max_speculative_load is not None and load >= rules.max_speculative_load:
+        if rules.max_speculative_load is not None and load.total >= rules.max_speculative_load:
             return RouteDecision(
                 "plain",
                 workload,
                 "load",
-                f"load: {load} requests in flight",
+                f"load: {load.total:g} requests in flight",
             )
         acceptance = self.learner.acceptance(workload)
         if (
@@ -137,9 +167,39 @@ class Router:
                 "acceptance",
                 f"acceptance {acceptance.value:.2f} < {rules.min_acceptance} for {workload}",
             )
-        speedup = self.learner.expected_speedup(workload)
-        route: Route = "speculative" if speedup is not None and speedup > 1 else "plain"
+        costs = {
+            route: self.cost(route, workload, features.max_tokens, load, running)
+            for route in ("speculative", "plain")
+        }
+        speculative, plain = costs["speculative"], costs["plain"]
+        route: Route = "speculative" if speculative.total_ms < plain.total_ms else "plain"
+        speedup = plain.own_ms / speculative.own_ms if speculative.own_ms > 0 else None
         shown = "unknown" if speedup is None else f"{speedup:.2f}x"
         return RouteDecision(
-            route, workload, "learned", f"expected speed-up {shown} for {workload}", speedup
+            route,
+            workload,
+            "learned",
+            f"expected speed-up {shown} for {workload} at {load.total:g} in flight; "
+            f"cost {speculative.total_ms / 1000:.2f} s speculative, "
+            f"{plain.total_ms / 1000:.2f} s plain",
+            speedup,
         )
+
+    def cost(
+        self,
+        route: Route,
+        workload: WorkloadClass,
+        max_tokens: int | None,
+        load: Load,
+        running: tuple[RunningWork, ...],
+    ) -> RouteCost:
+        """What sending a new request of `workload` to `route` is expected to cost."""
+        learner = self.learner
+        tokens = learner.expected_output_tokens(workload, max_tokens)
+        own = tokens * learner.ms_per_token(workload, route, load)
+        # Each running sequence's tokens come slower while the new one shares the device.
+        added = sum(
+            learner.load_model.slope(work.route, route) * min(work.remaining_tokens, tokens)
+            for work in running
+        )
+        return RouteCost(own, added)

@@ -150,6 +150,9 @@ class RouteInfo(BaseModel):
     workload_class: str
     reason: str
     speculative_decoding: SpeculativeUsage | None = None
+    # What vLLM's ngram drafter would have drafted and accepted for this output, replayed
+    # by the gateway from the token ids (either route; engines that expose token ids).
+    shadow_drafting: SpeculativeUsage | None = None
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

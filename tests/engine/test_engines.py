@@ -115,3 +115,33 @@ def test_the_embedded_model_cache_is_reused(model_dir: Path, server: ServerProce
     assert "embedded model: using cache" in server.log_path.read_text() or (
         "embedded model: ready" in server.log_path.read_text()
     )
+
+
+@pytest.mark.parametrize("header", ["on", "off"])
+def test_the_shadow_drafter_replays_the_engines_drafting(sync_client: OpenAI, header: str) -> None:
+    # Greedy: the speculative engine's own figures and the shadow replay of the same token
+    # ids must agree (the replay cannot see past the output's end, so its last step may
+    # count fewer accepted tokens, never more).
+    completion = sync_client.completions.create(
+        model=MODEL,
+        prompt=JSON_CONTINUATION,
+        max_tokens=48,
+        temperature=0,
+        extra_headers={"X-Speculative": "on"},
+    )
+    info = completion.model_extra["specgate"]  # type: ignore[index]
+    engine, shadow = info["speculative_decoding"], info["shadow_drafting"]
+    assert engine["accepted_tokens"] > 0, engine
+    assert shadow["drafts"] == engine["drafts"], (shadow, engine)
+    assert 0 <= engine["draft_tokens"] - shadow["draft_tokens"] <= 5, (shadow, engine)
+    assert 0 <= engine["accepted_tokens"] - shadow["accepted_tokens"] <= 5, (shadow, engine)
+    # The plain engine's answer is the same text, and its replay gives the same figures.
+    plain = sync_client.completions.create(
+        model=MODEL,
+        prompt=JSON_CONTINUATION,
+        max_tokens=48,
+        temperature=0,
+        extra_headers={"X-Speculative": header},
+    )
+    assert plain.choices[0].text == completion.choices[0].text
+    assert plain.model_extra["specgate"]["shadow_drafting"] == shadow  # type: ignore[index]

@@ -1,0 +1,771 @@
+"""Replay a seeded, open-loop arrival schedule (quiet, burst, quiet, then a steady closed loop)
+against specgate, one fresh server per arm, and compare never / always / auto routing.
+
+    python -m bench.load_phases                         # the default schedule (long)
+    python -m bench.load_phases --smoke --out-dir /tmp/lp-smoke   # a quick end-to-end check
+    python -m bench.load_phases --dry-run               # print the schedule, start nothing
+
+Open loop: each request of the quiet and burst phases is sent at its scheduled time whether or
+not earlier ones have finished, so a slow arm builds up a queue as a real service would. The
+steady phase is a closed loop: a fixed number of requests in flight. Every arm replays the
+identical schedule of (time, prompt). See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import shlex
+import signal
+import statistics
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import httpx
+
+from bench import report
+from bench.client import Arm, Prompt, Sample, measure, request_body
+from bench.run import MODEL_NAME, REPO, load_prompts, machine_info
+from bench.servers import ServerError, free_port, serve, specgate_spec
+
+logger = logging.getLogger("bench.load_phases")
+
+ALL = report.ALL
+ORACLE = report.ORACLE
+FIXED_ARMS = ("never", "always")
+
+
+@dataclass(frozen=True)
+class LoadArm:
+    name: str
+    header: str  # X-Speculative
+    server_args: tuple[str, ...] = ()  # extra flags for this arm's specgate server
+
+
+ARM_TABLE: tuple[LoadArm, ...] = (
+    LoadArm("never", "off"),
+    LoadArm("always", "on"),
+    LoadArm("auto", "auto"),
+    # Auto routing that may change engine part-way through a response.
+    LoadArm("auto-switch", "auto", ("--routing-mid-stream", "on")),
+)
+DEFAULT_ARMS = "never,always,auto"
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    requests: int
+    # Open loop: exponential inter-arrival gaps of this mean. None: a closed loop.
+    mean_gap_s: float | None = None
+    concurrency: int | None = None  # closed loop: requests kept in flight
+
+    @property
+    def open_loop(self) -> bool:
+        return self.mean_gap_s is not None
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One scheduled request: every arm sends this prompt at this time (open loop)."""
+
+    index: int
+    phase: str
+    prompt_id: str
+    at_s: float | None  # offset from the schedule's start; None in the closed-loop phase
+
+
+@dataclass
+class Record:
+    """One measured request and where it sat in the schedule."""
+
+    phase: str
+    slot: int
+    sample: Sample
+    scheduled_s: float | None
+    sent_s: float  # when it was actually sent, from the schedule's start
+    in_flight_at_send: int  # this arm's requests still open when it was sent
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "slot": self.slot,
+            "scheduled_s": self.scheduled_s,
+            "sent_s": round(self.sent_s, 4),
+            "in_flight_at_send": self.in_flight_at_send,
+            "switches": self.sample.switches,
+            **asdict(self.sample),
+        }
+
+
+# -- the schedule --------------------------------------------------------------------------------
+
+
+def phase_plan(args: argparse.Namespace) -> list[Phase]:
+    (q1_n, q1_gap), (b_n, b_gap), (q2_n, q2_gap) = args.quiet1, args.burst, args.quiet2
+    steady_n, steady_c = args.steady
+    phases = [
+        Phase("quiet1", q1_n, mean_gap_s=q1_gap),
+        Phase("burst", b_n, mean_gap_s=b_gap),
+        Phase("quiet2", q2_n, mean_gap_s=q2_gap),
+        Phase("steady", steady_n, concurrency=int(steady_c)),
+    ]
+    return [p for p in phases if p.requests > 0]
+
+
+def build_schedule(phases: Sequence[Phase], prompts: Sequence[Prompt], seed: int) -> list[Slot]:
+    """The open-loop phases share one timeline (the first request at 0, then a gap drawn with
+    the mean of the next request's phase); the closed-loop phase comes after it.
+
+    Prompts are dealt from seeded shuffles of the whole set, a fresh shuffle each time the
+    last runs out, so no prompt repeats before every other has been used once.
+    """
+    gaps = random.Random(f"load_phases:gaps:{seed}")
+    deck_rng = random.Random(f"load_phases:prompts:{seed}")
+    deck: list[Prompt] = []
+    slots: list[Slot] = []
+    at = 0.0
+    for phase in phases:
+        for _ in range(phase.requests):
+            if not deck:
+                deck = deck_rng.sample(list(prompts), len(prompts))
+            prompt = deck.pop()
+            scheduled: float | None = None
+            if phase.open_loop:
+                assert phase.mean_gap_s is not None
+                if any(s.at_s is not None for s in slots) and phase.mean_gap_s > 0:
+                    at += gaps.expovariate(1.0 / phase.mean_gap_s)
+                scheduled = round(at, 3)
+            slots.append(Slot(len(slots), phase.name, prompt.id, scheduled))
+    return slots
+
+
+# -- one arm on one server -----------------------------------------------------------------------
+
+
+@dataclass
+class ArmRun:
+    arm: LoadArm
+    client: httpx.AsyncClient
+    prompts: dict[str, Prompt]
+    args: argparse.Namespace
+    started: float = 0.0
+    open_requests: int = 0
+    records: list[Record] = field(default_factory=list)
+
+    def body(self, prompt: Prompt) -> dict[str, Any]:
+        return request_body(
+            prompt, self.args.model_name, self.args.max_tokens, self.args.request_seed
+        )
+
+    @property
+    def client_arm(self) -> Arm:
+        return Arm(self.arm.name, f"specgate-{self.arm.name}", self.arm.header)
+
+    async def send(self, slot: Slot, level: int) -> None:
+        prompt = self.prompts[slot.prompt_id]
+        in_flight = self.open_requests
+        self.open_requests += 1
+        sent = time.perf_counter() - self.started
+        try:
+            sample = await measure(
+                self.client, self.client_arm, prompt, self.body(prompt), level, 0
+            )
+        except Exception as exc:  # a malformed stream must not end the whole schedule
+            sample = Sample(self.arm.name, level, 0, prompt.id, prompt.cls)
+            sample.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.open_requests -= 1
+        record = Record(slot.phase, slot.index, sample, slot.at_s, sent, in_flight)
+        self.records.append(record)
+        _log_record(record)
+
+
+async def run_arm(
+    base_url: str,
+    arm: LoadArm,
+    schedule: Sequence[Slot],
+    phases: Sequence[Phase],
+    prompts: Sequence[Prompt],
+    args: argparse.Namespace,
+) -> list[Record]:
+    # No connection limit: a pool cap would queue open-loop requests in the client, unseen.
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    timeout = httpx.Timeout(args.request_timeout, connect=10.0)
+    by_id = {p.id: p for p in prompts}
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits) as client:
+        run = ArmRun(arm, client, by_id, args)
+        for prompt in prompts[: args.warmup]:
+            sample = await measure(client, run.client_arm, prompt, run.body(prompt), 1, -1)
+            if not sample.ok:
+                logger.warning("warm-up %s on %s failed: %s", prompt.id, arm.name, sample.error)
+        run.started = time.perf_counter()
+        await open_loop(run, [s for s in schedule if s.at_s is not None])
+        for phase in phases:
+            if not phase.open_loop:
+                assert phase.concurrency is not None
+                slots = [s for s in schedule if s.phase == phase.name]
+                await closed_loop(run, slots, phase.concurrency)
+    return sorted(run.records, key=lambda r: r.slot)
+
+
+async def open_loop(run: ArmRun, slots: Sequence[Slot]) -> None:
+    """Send each request at its time, whatever is still open; then wait for all of them."""
+    tasks = []
+    for slot in slots:
+        assert slot.at_s is not None
+        delay = run.started + slot.at_s - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(run.send(slot, 0)))
+    await asyncio.gather(*tasks)
+
+
+async def closed_loop(run: ArmRun, slots: Sequence[Slot], concurrency: int) -> None:
+    """`concurrency` workers, each sending the next slot as soon as its last one finished."""
+    queue = list(reversed(slots))
+
+    async def worker() -> None:
+        while queue:
+            await run.send(queue.pop(), concurrency)
+
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(slots)))))
+
+
+def _log_record(record: Record) -> None:
+    s = record.sample
+    if not s.ok:
+        logger.warning(
+            "%s slot %d %s %s: %s", s.arm, record.slot, record.phase, s.prompt_id, s.error
+        )
+        return
+    logger.info(
+        "%-11s %-6s slot %2d %-15s in-flight %2d route=%-11s e2e=%.2fs ttft=%.0fms tokens=%s%s",
+        s.arm,
+        record.phase,
+        record.slot,
+        s.prompt_id,
+        record.in_flight_at_send,
+        s.route,
+        s.e2e_s or 0.0,
+        (s.ttft_s or 0.0) * 1000,
+        s.completion_tokens,
+        f" switches={s.switches}" if s.switches else "",
+    )
+
+
+# -- the servers, one per arm --------------------------------------------------------------------
+
+
+def server_groups(args: argparse.Namespace) -> list[tuple[LoadArm, ...]]:
+    """One fresh server per arm, or with --shared-server one per distinct set of server args."""
+    if not args.shared_server:
+        return [(arm,) for arm in args.arms]
+    groups: dict[tuple[str, ...], list[LoadArm]] = {}
+    for arm in args.arms:
+        groups.setdefault(arm.server_args, []).append(arm)
+    return [tuple(g) for g in groups.values()]
+
+
+def run_all(
+    args: argparse.Namespace,
+    schedule: Sequence[Slot],
+    phases: Sequence[Phase],
+    prompts: Sequence[Prompt],
+) -> tuple[list[Record], list[dict[str, Any]]]:
+    records: list[Record] = []
+    servers: list[dict[str, Any]] = []
+    for group in server_groups(args):
+        extra = ["--routing-exploration", "0", *group[0].server_args]
+        extra += shlex.split(args.specgate_args)
+        name = "specgate-" + "+".join(a.name for a in group)
+        spec = replace(specgate_spec(REPO, extra), name=name)
+        info: dict[str, Any] = {"name": name, "argv": spec.argv, "arms": [a.name for a in group]}
+        servers.append(info)
+        info["load_avg_before"] = [round(x, 2) for x in os.getloadavg()]
+        port = args.port or free_port()
+        try:
+            with serve(spec, port, args.out_dir / "logs", args.startup_timeout) as server:
+                info["startup_s"] = round(server.startup_s, 1)
+                info["port"] = port
+                for arm in group:
+                    started = time.perf_counter()
+                    got = asyncio.run(
+                        run_arm(server.base_url, arm, schedule, phases, prompts, args)
+                    )
+                    info.setdefault("arm_wall_s", {})[arm.name] = round(
+                        time.perf_counter() - started, 1
+                    )
+                    records += got
+        except ServerError as exc:
+            # One server failing (an unknown flag, say) should not cost the other arms.
+            logger.error("%s", exc)
+            info["error"] = str(exc)
+        info["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
+    return records, servers
+
+
+# -- summaries -----------------------------------------------------------------------------------
+
+
+@dataclass
+class ArmSummary:
+    base: report.Summary
+    route_shares: dict[str, float]  # x-specgate-route value -> share of served requests
+    mean_in_flight: float | None  # this arm's requests open when each was sent
+    switched: int  # requests that changed engine mid-stream
+    switches: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **asdict(self.base),
+            "route_shares": self.route_shares,
+            "mean_in_flight_at_send": self.mean_in_flight,
+            "switched_requests": self.switched,
+            "switches": self.switches,
+        }
+
+
+def oracle_records(records: Iterable[Record]) -> list[Record]:
+    """Per slot, the faster (e2e) of never and always, only where both served the slot."""
+    by_arm: dict[str, dict[int, Record]] = {arm: {} for arm in FIXED_ARMS}
+    for r in records:
+        if r.sample.arm in by_arm and r.sample.ok and r.sample.e2e_s is not None:
+            by_arm[r.sample.arm][r.slot] = r
+    oracle = []
+    for slot, never in sorted(by_arm["never"].items()):
+        always = by_arm["always"].get(slot)
+        if always is None:
+            continue
+        assert never.sample.e2e_s is not None and always.sample.e2e_s is not None
+        faster = always if always.sample.e2e_s < never.sample.e2e_s else never
+        oracle.append(replace(faster, sample=replace(faster.sample, arm=ORACLE)))
+    return oracle
+
+
+def summarize(records: Sequence[Record]) -> ArmSummary:
+    ok = [r for r in records if r.sample.ok]
+    routes: dict[str, int] = {}
+    for r in ok:
+        route = r.sample.route or "?"
+        routes[route] = routes.get(route, 0) + 1
+    return ArmSummary(
+        base=report.summarize([r.sample for r in records], None),
+        route_shares={k: v / len(ok) for k, v in sorted(routes.items())},
+        mean_in_flight=(
+            statistics.fmean(r.in_flight_at_send for r in records) if records else None
+        ),
+        switched=sum(r.sample.switches > 0 for r in ok),
+        switches=sum(r.sample.switches for r in ok),
+    )
+
+
+def summaries(
+    records: Sequence[Record], phases: Sequence[str], arms: Sequence[str]
+) -> dict[str, dict[str, ArmSummary]]:
+    """phase (and "all") -> arm -> summary, for the arms with records in that phase."""
+    table: dict[str, dict[str, ArmSummary]] = {}
+    for phase in [*phases, ALL]:
+        table[phase] = {}
+        for arm in arms:
+            chosen = [r for r in records if r.sample.arm == arm and phase in (ALL, r.phase)]
+            if chosen:
+                table[phase][arm] = summarize(chosen)
+    return table
+
+
+def ratios(
+    records: Sequence[Record], phases: Sequence[str], auto_arms: Sequence[str]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """phase -> auto arm -> its mean and p90 e2e over the better fixed arm's (and the oracle's).
+
+    Over the slots that the auto arm and every fixed arm that ran all served, so one failed
+    request does not tilt a mean. "Better fixed" is whichever fixed arm is lower on that
+    statistic; with only one fixed arm run, it is that one.
+    """
+    ok: dict[str, dict[int, Record]] = {}
+    for r in records:
+        if r.sample.ok and r.sample.e2e_s is not None:
+            ok.setdefault(r.sample.arm, {})[r.slot] = r
+    fixed = [a for a in FIXED_ARMS if a in ok]
+    result: dict[str, dict[str, dict[str, Any]]] = {}
+    if not fixed:
+        return result
+    for phase in [*phases, ALL]:
+        for auto in auto_arms:
+            if auto not in ok:
+                continue
+            slots = set(ok[auto]).intersection(*(ok[a] for a in fixed))
+            slots = {s for s in slots if phase in (ALL, ok[auto][s].phase)}
+            if not slots:
+                continue
+
+            def e2e(arm: str, chosen: set[int] = slots) -> list[float]:
+                return [ok[arm][s].sample.e2e_s or 0.0 for s in sorted(chosen)]
+
+            mean = {a: statistics.fmean(e2e(a)) for a in [*fixed, auto]}
+            p90 = {a: report.percentile(e2e(a), 0.9) or 0.0 for a in [*fixed, auto]}
+            best_mean = min(mean[a] for a in fixed)
+            best_p90 = min(p90[a] for a in fixed)
+            row: dict[str, Any] = {
+                "slots": len(slots),
+                "fixed_arms": fixed,
+                **{f"{a}_mean_s": mean[a] for a in fixed},
+                **{f"{a}_p90_s": p90[a] for a in fixed},
+                "best_fixed_mean_s": best_mean,
+                "best_fixed_p90_s": best_p90,
+                "arm_mean_s": mean[auto],
+                "arm_p90_s": p90[auto],
+                "mean_over_best_fixed": mean[auto] / best_mean if best_mean else None,
+                "p90_over_best_fixed": p90[auto] / best_p90 if best_p90 else None,
+                "oracle_mean_s": None,
+                "mean_over_oracle": None,
+            }
+            if ORACLE in ok:
+                oracle_slots = slots & set(ok[ORACLE])
+                if oracle_slots:
+                    oracle_mean = statistics.fmean(e2e(ORACLE, oracle_slots))
+                    row["oracle_slots"] = len(oracle_slots)
+                    row["oracle_mean_s"] = oracle_mean
+                    row["mean_over_oracle"] = (
+                        statistics.fmean(e2e(auto, oracle_slots)) / oracle_mean
+                        if oracle_mean
+                        else None
+                    )
+            result.setdefault(phase, {})[auto] = row
+    return result
+
+
+# -- markdown ------------------------------------------------------------------------------------
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.0f}"
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def schedule_markdown(phases: Sequence[Phase], schedule: Sequence[Slot]) -> str:
+    lines = [
+        "| phase | requests | loop | mean gap s / concurrency | first s | last s |",
+        "|---|--:|---|--:|--:|--:|",
+    ]
+    for p in phases:
+        times = [s.at_s for s in schedule if s.phase == p.name and s.at_s is not None]
+        shape = f"{p.mean_gap_s:g}" if p.open_loop else f"{p.concurrency}"
+        lines.append(
+            f"| {p.name} | {p.requests} | {'open' if p.open_loop else 'closed'} | {shape} "
+            f"| {_s(min(times)) if times else '-'} | {_s(max(times)) if times else '-'} |"
+        )
+    return "\n".join(lines)
+
+
+def markdown(
+    table: dict[str, dict[str, ArmSummary]],
+    ratio_table: dict[str, dict[str, dict[str, Any]]],
+) -> str:
+    lines = [
+        "| phase | arm | n | err | e2e mean s | e2e p90 s | TTFT p50 ms | TTFT p90 ms "
+        "| ITL p50 ms | ITL p90 ms | routes | in flight | switched |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|",
+    ]
+    for phase, by_arm in table.items():
+        for arm, summary in by_arm.items():
+            s = summary.base
+            routes = ", ".join(f"{k} {v:.2f}" for k, v in summary.route_shares.items()) or "-"
+            lines.append(
+                f"| {phase} | {arm} | {s.n} | {s.errors} | {_s(s.e2e_mean_s)} | {_s(s.e2e_p90_s)} "
+                f"| {_ms(s.ttft_p50_s)} | {_ms(s.ttft_p90_s)} | {_ms(s.itl_p50_s)} "
+                f"| {_ms(s.itl_p90_s)} | {routes} | {_num(summary.mean_in_flight, 1)} "
+                f"| {summary.switched} |"
+            )
+    lines += [
+        "",
+        f"`{ORACLE}`: per slot, the faster (e2e) of never and always, only over slots both "
+        "served. Under load each arm's latencies depend on its own earlier choices, so this is "
+        "an approximation, not an attainable policy. `in flight`: the arm's requests still open "
+        "when each was sent (mean). `switched`: requests that changed engine mid-stream.",
+        "",
+    ]
+    if ratio_table:
+        lines += [
+            "| phase | arm | slots | fixed arms | best fixed mean s | arm mean s "
+            "| mean / best fixed | best fixed p90 s | arm p90 s | p90 / best fixed "
+            "| mean / oracle |",
+            "|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|",
+        ]
+        for phase, rows in ratio_table.items():
+            for arm, r in rows.items():
+                lines.append(
+                    f"| {phase} | {arm} | {r['slots']} | {', '.join(r['fixed_arms'])} "
+                    f"| {_s(r['best_fixed_mean_s'])} "
+                    f"| {_s(r['arm_mean_s'])} | {_num(r['mean_over_best_fixed'], 3)} "
+                    f"| {_s(r['best_fixed_p90_s'])} | {_s(r['arm_p90_s'])} "
+                    f"| {_num(r['p90_over_best_fixed'], 3)} | {_num(r['mean_over_oracle'], 3)} |"
+                )
+        lines.append("")
+    return "\n".join(lines)
+
+
+# -- results -------------------------------------------------------------------------------------
+
+
+def write_results(
+    args: argparse.Namespace,
+    started: datetime,
+    phases: Sequence[Phase],
+    prompts: Sequence[Prompt],
+    schedule: Sequence[Slot],
+    records: list[Record],
+    servers: list[dict[str, Any]],
+) -> int:
+    records = records + oracle_records(records)
+    arm_names = [a.name for a in args.arms]
+    report_arms = [*arm_names, ORACLE]
+    phase_names = [p.name for p in phases]
+    table = summaries(records, phase_names, report_arms)
+    auto_arms = [a.name for a in args.arms if a.name not in FIXED_ARMS]
+    ratio_table = ratios(records, phase_names, auto_arms)
+    lag = {
+        arm: max(
+            (
+                r.sent_s - r.scheduled_s
+                for r in records
+                if r.sample.arm == arm and r.scheduled_s is not None
+            ),
+            default=None,
+        )
+        for arm in arm_names
+    }
+    text = "\n".join(
+        [
+            f"# `{shlex.join(['python', '-m', 'bench.load_phases', *args.argv])}`",
+            "",
+            f"{started.isoformat(timespec='seconds')}; {len(prompts)} prompts "
+            f"(split {args.split}), max_tokens {args.max_tokens}, seed {args.seed}; "
+            f"one fresh server per arm: {not args.shared_server}.",
+            "",
+            schedule_markdown(phases, schedule),
+            "",
+            "Largest delay of a send past its scheduled time: "
+            + ", ".join(f"{arm} {_ms(v)} ms" for arm, v in lag.items()),
+            "",
+            markdown(table, ratio_table),
+        ]
+    )
+    print(text)
+
+    out: Path = args.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    results = {
+        "started": started.isoformat(timespec="seconds"),
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": shlex.join([sys.executable, "-m", "bench.load_phases", *args.argv]),
+        "machine": machine_info(),
+        "settings": _settings(args),
+        "phases": [asdict(p) for p in phases],
+        "prompts": {"path": str(args.prompts), "split": args.split, "ids": [p.id for p in prompts]},
+        "schedule": [asdict(s) for s in schedule],
+        "servers": servers,
+        "send_lag_max_s": lag,
+        "summary": {
+            phase: {arm: s.to_json() for arm, s in by_arm.items()}
+            for phase, by_arm in table.items()
+        },
+        "ratios": ratio_table,
+        "samples": [r.to_json() for r in records],
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "summary.md").write_text(text + "\n")
+    chart_table = {
+        0: {phase: {a: s.base for a, s in by_arm.items()} for phase, by_arm in table.items()}
+    }
+    report.chart(chart_table, 0, out / "latency.png", f"{args.model_name}: mean e2e per phase")
+    logger.info("wrote %s, summary.md and latency.png", out / "results.json")
+    return 1 if any("error" in s for s in servers) else 0
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for key, value in vars(args).items():
+        if key == "argv":
+            continue
+        if key == "arms":
+            value = [asdict(a) for a in value]
+        settings[key] = str(value) if isinstance(value, Path) else value
+    return settings
+
+
+# -- command line --------------------------------------------------------------------------------
+
+SMOKE_DEFAULTS: dict[str, Any] = {
+    "quiet1": (2, 1.0),
+    "burst": (3, 0.2),
+    "quiet2": (2, 1.0),
+    "steady": (3, 2.0),
+    "max_tokens": 8,
+    "warmup": 1,
+    "arm_names": "never,auto",
+}
+
+
+def _pair(text: str) -> tuple[int, float]:
+    try:
+        count, value = text.split(",")
+        pair = (int(count), float(value))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected COUNT,NUMBER, got {text!r}") from exc
+    if pair[0] < 0 or pair[1] < 0:
+        raise argparse.ArgumentTypeError(f"expected non-negative numbers, got {text!r}")
+    return pair
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.load_phases",
+        description="Replay a seeded open-loop schedule (quiet, burst, quiet, steady) against "
+        "specgate, one server per arm, and compare never / always / auto.",
+    )
+    parser.add_argument("--prompts", type=Path, default=REPO / "bench" / "prompts.jsonl")
+    parser.add_argument(
+        "--split",
+        choices=("tune", "report", "all"),
+        default="report",
+        help="only the prompts of this split (the prompt file's `split` field)",
+    )
+    parser.add_argument(
+        "--quiet1", type=_pair, default=(10, 5.0), metavar="N,GAP", help="requests, mean gap s"
+    )
+    parser.add_argument(
+        "--burst", type=_pair, default=(24, 0.35), metavar="N,GAP", help="requests, mean gap s"
+    )
+    parser.add_argument(
+        "--quiet2", type=_pair, default=(10, 5.0), metavar="N,GAP", help="requests, mean gap s"
+    )
+    parser.add_argument(
+        "--steady",
+        type=_pair,
+        default=(24, 8.0),
+        metavar="N,C",
+        help="closed loop: requests, concurrency",
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=128, metavar="N", help="override every max_tokens"
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seeds the schedule, and requests that set none (-1: send none)",
+    )
+    parser.add_argument(
+        "--arms",
+        dest="arm_names",
+        metavar="LIST",
+        default=DEFAULT_ARMS,
+        help=f"comma-separated, from {', '.join(a.name for a in ARM_TABLE)}",
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=4, help="unrecorded requests per arm before its schedule"
+    )
+    parser.add_argument(
+        "--shared-server",
+        action="store_true",
+        help="run arms with the same server args on one server, one after another (auto then "
+        "learns from the other arms' traffic)",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a quick check: phases of 2-3 requests, max_tokens 8, warmup 1, arms never,auto "
+        "(explicit flags still win)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the schedule and exit")
+    parser.add_argument("--out-dir", type=Path, default=REPO / "bench" / "results" / "load_phases")
+    parser.add_argument("--model-name", default=MODEL_NAME, help="served model id")
+    parser.add_argument("--port", type=int, default=0, help="server port (0: a free one)")
+    parser.add_argument("--startup-timeout", type=float, default=600.0, metavar="SECONDS")
+    parser.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS")
+    parser.add_argument(
+        "--specgate-args",
+        default="",
+        help="extra flags for python -m app (after --routing-exploration 0 and the arm's own)",
+    )
+    return parser
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = build_parser()
+    first, _ = parser.parse_known_args(argv)
+    if first.smoke:
+        parser.set_defaults(**SMOKE_DEFAULTS)
+    args = parser.parse_args(argv)
+    args.argv = argv
+    table = {a.name: a for a in ARM_TABLE}
+    names = [n.strip() for n in args.arm_names.split(",") if n.strip()]
+    unknown = [n for n in names if n not in table]
+    if unknown or not names or len(set(names)) != len(names):
+        parser.error(f"--arms: each of {', '.join(table)} at most once, got {args.arm_names!r}")
+    args.arms = [table[n] for n in names]
+    if args.steady[0] and args.steady[1] < 1:
+        parser.error("--steady needs a concurrency of 1 or more")
+    args.request_seed = None if args.seed < 0 else args.seed
+    return args
+
+
+def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # Turn SIGTERM into an exception so serve()'s `finally` stops the server.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    prompts = load_prompts(args.prompts, None, args.split)
+    if not prompts:
+        raise SystemExit(f"no prompts of split {args.split!r} in {args.prompts}")
+    phases = phase_plan(args)
+    schedule = build_schedule(phases, prompts, args.seed)
+    logger.info(
+        "%d prompts (split %s), %d scheduled requests, arms %s",
+        len(prompts),
+        args.split,
+        len(schedule),
+        ", ".join(a.name for a in args.arms),
+    )
+    if args.dry_run:
+        print(schedule_markdown(phases, schedule))
+        for slot in schedule:
+            print(f"{slot.index:3d} {slot.phase:7s} {_s(slot.at_s):>7s} {slot.prompt_id}")
+        return 0
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    started = datetime.now(UTC)
+    try:
+        records, servers = run_all(args, schedule, phases, prompts)
+    except KeyboardInterrupt:
+        logger.error("interrupted; the servers are stopped, no results written")
+        return 130
+    return write_results(args, started, phases, prompts, schedule, records, servers)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
