@@ -28,3 +28,13 @@ SpeculativeHeader = Annotated[
         json_schema_extra={"enum": ["on", "off", "auto"]},
     ),
 ]
+MoveAfterHeader = Annotated[
+    int | None,
+    Header(
+        alias="X-Specgate-Move-After",
+        ge=1,
+        description="Move this request to the other engine after this many tokens, if it can "
+        "move (mid-stream moves on; a route pinned with X-Speculative moves too): for tests and "
+        "for measuring a move's cost.",
+    ),
+]

@@ -8,11 +8,14 @@ from app.engine.types import FinishReason, SpecDecodeStats
 from app.generation import ChoiceResult, Run
 from app.logprobs import completion_logprobs, with_echo
 from app.routing.policy import RouteDecision
-from app.schemas.common import RouteInfo, SpeculativeUsage, Usage
+from app.schemas.common import RouteInfo, RouteSegment, SpeculativeUsage, Usage
 from app.schemas.completions import CompletionChoice
 
 
 def speculative_usage(run: Run) -> SpeculativeUsage | None:
+    if run.mover is not None:
+        # The speculative segments' figures, summed (None if none was speculative).
+        return _usage_of(run.mover.speculative_stats())
     if run.decision.route != "speculative":
         return None
     # None: the engine gave no figures (a remote upstream without per-request metrics, or
@@ -48,6 +51,12 @@ def route_info(run: Run) -> RouteInfo:
         reason=decision.reason,
         speculative_decoding=speculative_usage(run),
         shadow_drafting=_usage_of(run.shadow.stats if run.shadow is not None else None),
+        segments=None
+        if run.mover is None
+        else [
+            RouteSegment(route=s.route, tokens=s.tokens, reason=s.reason)
+            for s in run.mover.segments
+        ],
     )
 
 

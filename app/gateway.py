@@ -23,8 +23,16 @@ from app.metrics import GatewayMetrics
 from app.routing.features import RequestFeatures
 from app.routing.learner import Observation
 from app.routing.load_model import Load
-from app.routing.policy import RouteDecision, Router, RunningWork, parse_preference
+from app.routing.policy import (
+    MoveProposal,
+    RouteDecision,
+    Router,
+    RunningWork,
+    parse_preference,
+    propose_move,
+)
 from app.routing.shadow_drafter import NgramConfig
+from app.switching import MoveContext, Mover, not_movable
 
 logger = logging.getLogger("specgate.requests")
 
@@ -43,6 +51,8 @@ class Gateway:
     created: int = field(default_factory=lambda: int(time.time()))
     # The speculative engine's ngram settings, for the shadow drafter (None: not ngram).
     shadow: NgramConfig | None = None
+    # Let auto-routed requests move between engines mid-stream.
+    mid_stream: bool = False
     in_flight: InFlight = field(default_factory=InFlight)
     # Runs streaming now, with the output they are expected to produce in all.
     _running: dict[Run, float] = field(default_factory=dict)
@@ -97,6 +107,7 @@ class Gateway:
         prompts: list[Prompt],
         options: SamplingOptions,
         endpoint: Endpoint,
+        move_after: int | None = None,
     ) -> Run:
         """Submit one engine request per prompt; returns once the first output is in."""
         engine = self.engines.get(decision.route)
@@ -118,27 +129,85 @@ class Gateway:
         self.metrics.in_flight.labels(engine=decision.route).inc()
         sequences = len(prompts) * options.n
         mark = self.in_flight.add(decision.route, sequences)
-        steps = generate_all(engine, requests)
+        expected = self.router.learner.expected_output_tokens(
+            decision.workload_class, options.max_tokens
+        )
+        mover = self._mover(decision, requests, expected, move_after)
+        steps = mover.steps() if mover is not None else generate_all(engine, requests)
 
         def finished(run: Run) -> None:
             admission.leave()
             self._running.pop(run, None)
-            others = self.in_flight.average_since(mark).plus(decision.route, -sequences)
-            self.in_flight.remove(decision.route, sequences)
+            others = self.in_flight.average_since(mark).plus(run.route, -sequences)
+            self.in_flight.remove(run.route, sequences)
             self._finished(run, others)
 
         shadow = self.shadow if len(prompts) * options.n == 1 else None
-        run = await Run.start(steps, decision, endpoint, finished, request_id, shadow)
-        expected = self.router.learner.expected_output_tokens(
-            decision.workload_class, options.max_tokens
-        )
+        run = await Run.start(steps, decision, endpoint, finished, request_id, shadow, mover)
         self._running[run] = expected * sequences
         return run
 
-    def _running_work(self) -> tuple[RunningWork, ...]:
+    def _mover(
+        self,
+        decision: RouteDecision,
+        requests: list[GenerationRequest],
+        expected: float,
+        move_after: int | None,
+    ) -> Mover | None:
+        """A mover for a request that may change engines mid-stream, or None."""
+        if not self.mid_stream or self.shadow is None or len(requests) != 1:
+            return None
+        request = requests[0]
+        other = self.engines.get(other_route(decision.route))
+        if (
+            other is None
+            or not other.is_alive()
+            or not_movable(request, decision.basis, self.shadow, forced=move_after is not None)
+        ):
+            return None
+        workload = decision.workload_class
+
+        def policy(context: MoveContext) -> MoveProposal | None:
+            load = self.in_flight.now().plus(context.route, -1)
+            running = self._running_work(exclude=mover)
+            return propose_move(
+                self.router,
+                context.route,
+                workload,
+                context.remaining_tokens,
+                context.context_tokens,
+                load,
+                running,
+                context.drafting_now,
+            )
+
+        def moved(source: Route, target: Route, proposal: MoveProposal) -> None:
+            self.in_flight.remove(source, 1)
+            self.in_flight.add(target, 1)
+            self.metrics.in_flight.labels(engine=source).dec()
+            self.metrics.in_flight.labels(engine=target).inc()
+            self.metrics.switches.labels(
+                direction=f"{source}_to_{target}", cause=proposal.cause
+            ).inc()
+
+        mover = Mover(
+            self.engines,
+            request,
+            decision.route,
+            decision.reason,
+            self.shadow,
+            policy,
+            moved,
+            expected,
+            move_after,
+        )
+        return mover
+
+    def _running_work(self, exclude: Mover | None = None) -> tuple[RunningWork, ...]:
         return tuple(
-            RunningWork(run.decision.route, max(0.0, expected - run.completion_tokens))
+            RunningWork(run.route, max(0.0, expected - run.completion_tokens))
             for run, expected in self._running.items()
+            if exclude is None or run.mover is not exclude
         )
 
     def _finished(self, run: Run, others: Load) -> None:
@@ -150,13 +219,18 @@ class Gateway:
             return
         # Only finished requests teach the router: an abort says nothing about speed.
         learner = self.router.learner
-        observation = observe(run, Load(max(0.0, others.plain), max(0.0, others.speculative)))
-        if observation is not None:
-            learner.observe(observation)
+        if not run.moved:
+            # A moved run's figures mix two routes and a re-read context: no clean sample.
+            others = Load(max(0.0, others.plain), max(0.0, others.speculative))
+            observation = observe(run, others)
+            if observation is not None:
+                learner.observe(observation)
+            if run.time_to_first_token is not None:
+                learner.observe_prefill(run.route, run.prompt_tokens, run.time_to_first_token)
         if run.spec is not None:
             learner.observe_acceptance(run.decision.workload_class, run.spec)
         shadow = run.shadow
-        if run.decision.route == "plain" and shadow is not None and shadow.steps:
+        if run.route == "plain" and not run.moved and shadow is not None and shadow.steps:
             # What drafting would have yielded, learned without sending the request there.
             learner.observe_shadow(
                 run.decision.workload_class, shadow.recent_tokens_per_step(shadow.steps) or 1.0

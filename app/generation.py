@@ -12,12 +12,14 @@ from app.engine.types import (
     FinishReason,
     GenerationStep,
     PromptEcho,
+    Route,
     SpecDecodeStats,
     TokenLogprob,
 )
 from app.errors import EngineFailureError, SpecgateError
 from app.routing.policy import RouteDecision
 from app.routing.shadow_drafter import NgramConfig, ShadowDrafter
+from app.switching import Mover
 
 logger = logging.getLogger("specgate.generation")
 
@@ -52,6 +54,8 @@ class Run:
     # either route. Set for single-sequence runs on engines that expose token ids.
     shadow: ShadowDrafter | None = None
     shadow_config: NgramConfig | None = None
+    # Set when the request may move between engines mid-stream: its segments.
+    mover: Mover | None = None
     _steps: AsyncIterator[GenerationStep] | None = None
     _first: GenerationStep | None = None
 
@@ -64,13 +68,14 @@ class Run:
         on_finish: Callable[[Run], None],
         request_id: str = "",
         shadow: NgramConfig | None = None,
+        mover: Mover | None = None,
     ) -> Run:
         """Wait for the first of the engine's `steps` (its request is submitted by then).
 
         Errors the engine finds in the request surface here, while the caller can still
         answer with an error status instead of a broken stream.
         """
-        run = cls(decision, endpoint, on_finish, request_id, shadow_config=shadow)
+        run = cls(decision, endpoint, on_finish, request_id, shadow_config=shadow, mover=mover)
         run._steps = steps
         try:
             run._first = await anext(run._steps)
@@ -84,6 +89,15 @@ class Run:
             raise
         run._account(run._first)
         return run
+
+    @property
+    def route(self) -> Route:
+        """Where the request runs now (or ended)."""
+        return self.mover.route if self.mover is not None else self.decision.route
+
+    @property
+    def moved(self) -> bool:
+        return self.mover is not None and len(self.mover.segments) > 1
 
     @property
     def finished(self) -> bool:

@@ -57,12 +57,15 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         shutdown_grace_seconds=settings.shutdown_grace_seconds,
         log_requests=settings.log_requests,
         shadow=shadow_config(settings, engines),
+        mid_stream=settings.routing_mid_stream == "on",
     )
 
 
 def shadow_config(settings: Settings, engines: Mapping[Route, Engine]) -> NgramConfig | None:
     """The speculative engine's prompt lookup, for the shadow drafter; None if not ngram."""
     config = settings.engine_speculative_config()
+    if not all(getattr(engine, "exposes_token_ids", False) for engine in engines.values()):
+        return None
     max_model_len = min(
         (getattr(engine, "max_model_len", None) or 0 for engine in engines.values()), default=0
     )

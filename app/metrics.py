@@ -57,6 +57,13 @@ class GatewayMetrics:
             ["workload_class", "engine", "basis"],
             registry=r,
         )
+        self.switches = Counter(
+            "specgate_mid_stream_switches",
+            "Requests moved between engines mid-stream, by direction and cause (drafting: the "
+            "request's own drafting yield; load: the work in flight).",
+            ["direction", "cause"],
+            registry=r,
+        )
         self.acceptance_rate = Histogram(
             "specgate_acceptance_rate",
             "Per-request draft acceptance rate on the speculative engine, by workload class.",
@@ -135,7 +142,7 @@ class GatewayMetrics:
 
     def record_run(self, run: Run) -> None:
         route, workload = run.decision.route, run.decision.workload_class.value
-        self.in_flight.labels(engine=route).dec()
+        self.in_flight.labels(engine=run.route).dec()
         self.requests.labels(
             engine=route, workload_class=workload, endpoint=run.endpoint, outcome=run.outcome
         ).inc()
@@ -152,8 +159,9 @@ class GatewayMetrics:
             self.inter_token_latency.labels(engine=route).observe(run.inter_token_latency)
         self.prompt_tokens.labels(engine=route).inc(run.prompt_tokens)
         self.completion_tokens.labels(engine=route).inc(run.completion_tokens)
-        if run.spec is not None:
-            self._record_spec(route, workload, run.spec)
+        spec = run.mover.speculative_stats() if run.mover is not None else run.spec
+        if spec is not None:
+            self._record_spec("speculative", workload, spec)
 
     def _record_spec(self, route: Route, workload: str, stats: SpecDecodeStats) -> None:
         self.spec_drafts.labels(engine=route).inc(stats.drafts)

@@ -136,6 +136,11 @@ class Settings(BaseSettings):
         "this many sequences, auto sends new ones to the plain engine. Default: none; the "
         "load model finds the crossover from traffic.",
     )
+    routing_mid_stream: Literal["on", "off"] = Field(
+        "on",
+        description="Let auto move a streaming request to the other engine when the rest is "
+        "expected to finish clearly sooner there (ngram speculation only; see README).",
+    )
     routing_min_acceptance: float = Field(
         0.05,
         ge=0,

@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from app.api.openapi_docs import GENERATION_RESPONSES
 from app.api.respond import respond
 from app.api.sampling import sampling_options
-from app.deps import GatewayDep, SpeculativeHeader
+from app.deps import GatewayDep, MoveAfterHeader, SpeculativeHeader
 from app.engine.types import ChatMessage
 from app.formatting import finished_choices, route_headers, route_info, usage
 from app.generation import Run
@@ -34,6 +34,7 @@ async def create_chat_completion(
     request: Request,
     gateway: GatewayDep,
     x_speculative: SpeculativeHeader = None,
+    x_specgate_move_after: MoveAfterHeader = None,
 ) -> Response:
     """Create a chat completion, streamed over SSE when `stream` is true."""
     gateway.check_model(body.model)
@@ -54,7 +55,9 @@ async def create_chat_completion(
     decision = gateway.decide(x_speculative, features, options)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
-    run = await gateway.start(decision, completion_id, [messages], options, "chat")
+    run = await gateway.start(
+        decision, completion_id, [messages], options, "chat", move_after=x_specgate_move_after
+    )
 
     def build_response(run: Run) -> ChatCompletion:
         return ChatCompletion(

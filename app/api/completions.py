@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from app.api.openapi_docs import GENERATION_RESPONSES
 from app.api.respond import respond
 from app.api.sampling import sampling_options
-from app.deps import GatewayDep, SpeculativeHeader
+from app.deps import GatewayDep, MoveAfterHeader, SpeculativeHeader
 from app.formatting import completion_choice, finished_choices, route_headers, route_info, usage
 from app.generation import Run
 from app.routing.features import extract_features
@@ -32,6 +32,7 @@ async def create_completion(
     request: Request,
     gateway: GatewayDep,
     x_speculative: SpeculativeHeader = None,
+    x_specgate_move_after: MoveAfterHeader = None,
 ) -> Response:
     """Create a text completion, streamed over SSE when `stream` is true."""
     gateway.check_model(body.model)
@@ -47,7 +48,14 @@ async def create_completion(
     decision = gateway.decide(x_speculative, features, options)
     completion_id = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
-    run = await gateway.start(decision, completion_id, list(prompts), options, "completions")
+    run = await gateway.start(
+        decision,
+        completion_id,
+        list(prompts),
+        options,
+        "completions",
+        move_after=x_specgate_move_after,
+    )
 
     def build_response(run: Run) -> Completion:
         return Completion(

@@ -89,6 +89,9 @@ def engine_args(settings: Settings, model_path: str, route: Route) -> AsyncEngin
 
 
 class VllmEngine:
+    # Steps carry token ids (the shadow drafter and mid-stream moves need them).
+    exposes_token_ids = True
+
     def __init__(self, llm: AsyncLLM, route: Route) -> None:
         self.route: Route = route
         self._llm: AsyncLLM | None = llm

@@ -37,6 +37,8 @@ CPU_SPECULATIVE_FACTORS: dict[WorkloadClass, float] = {
 }
 # What an absent max_tokens is expected to produce, before any request of the class finished.
 PRIOR_OUTPUT_TOKENS = 128.0
+# Time to first token per prompt token (bench/results: about 100 ms for 100-200 tokens).
+PRIOR_PREFILL_MS_PER_TOKEN = 0.8
 
 
 @dataclass
@@ -85,6 +87,10 @@ class Learner:
     ) -> None:
         priors = CPU_SPECULATIVE_FACTORS if speculative_factors is None else speculative_factors
         self.load_model = load_model or LoadModel()
+        # What re-reading a context costs a route: the price of moving a request there.
+        self.prefill_ms_per_token: dict[Route, Average] = {
+            route: Average(PRIOR_PREFILL_MS_PER_TOKEN, alpha) for route in ("plain", "speculative")
+        }
         self.classes: dict[WorkloadClass, ClassEstimates] = {
             workload: ClassEstimates(
                 factor={
@@ -126,6 +132,10 @@ class Learner:
             estimates.tokens_per_step.observe(observation.tokens_per_step)
         estimates.output_tokens.observe(observation.output_tokens)
         estimates.latency[route].observe(observation.ms_per_token)
+
+    def observe_prefill(self, route: Route, prompt_tokens: int, seconds: float) -> None:
+        if prompt_tokens > 0:
+            self.prefill_ms_per_token[route].observe(seconds * 1000 / prompt_tokens)
 
     def observe_shadow(self, workload: WorkloadClass, tokens_per_step: float) -> None:
         """What drafting would have yielded a request the plain engine served."""

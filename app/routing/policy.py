@@ -36,6 +36,8 @@ Basis = Literal[
     "explore",
     "fallback",
 ]
+# A move must promise the rest of a request this much faster, its prefill paid.
+MOVE_MARGIN = 1.25
 # Acceptance must have been seen this often before it can veto speculation.
 MIN_ACCEPTANCE_SAMPLES = 3
 
@@ -192,14 +194,69 @@ class Router:
         max_tokens: int | None,
         load: Load,
         running: tuple[RunningWork, ...],
+        drafting_now: float | None = None,
     ) -> RouteCost:
-        """What sending a new request of `workload` to `route` is expected to cost."""
+        """What sending a new request of `workload` to `route` is expected to cost.
+
+        `drafting_now` is the request's own tokens per speculative step, where its shadow
+        drafter has seen some output: it replaces the class's typical yield.
+        """
         learner = self.learner
         tokens = learner.expected_output_tokens(workload, max_tokens)
-        own = tokens * learner.ms_per_token(workload, route, load)
+        per_token = learner.ms_per_token(workload, route, load)
+        typical = learner.classes[workload].tokens_per_step
+        if route == "speculative" and drafting_now is not None and typical.samples:
+            per_token *= learner.tokens_per_step(workload, route) / max(1.0, drafting_now)
+        own = tokens * per_token
         # Each running sequence's tokens come slower while the new one shares the device.
         added = sum(
             learner.load_model.slope(work.route, route) * min(work.remaining_tokens, tokens)
             for work in running
         )
         return RouteCost(own, added)
+
+
+MoveCause = Literal["drafting", "load", "forced"]
+
+
+@dataclass(frozen=True)
+class MoveProposal:
+    route: Route
+    # "drafting" when the request's own drafting would justify the move on an idle device,
+    # "load" when only the work in flight does, "forced" when the client asked for it.
+    cause: MoveCause
+    reason: str
+
+
+def propose_move(
+    router: Router,
+    current: Route,
+    workload: WorkloadClass,
+    remaining_tokens: int,
+    context_tokens: int,
+    load: Load,
+    running: tuple[RunningWork, ...],
+    drafting_now: float | None,
+) -> MoveProposal | None:
+    """Move a streaming request when the rest is clearly cheaper on the other route.
+
+    The other route must win by MOVE_MARGIN after paying to read the whole context again
+    (its prefill), so that an estimate's noise never makes a request flap.
+    """
+    other = other_route(current)
+    stay = router.cost(current, workload, remaining_tokens, load, running, drafting_now)
+    go = router.cost(other, workload, remaining_tokens, load, running, drafting_now)
+    move_ms = context_tokens * (router.learner.prefill_ms_per_token[other].value or 0.0)
+    if go.total_ms * MOVE_MARGIN + move_ms >= stay.total_ms:
+        return None
+    alone_stay = router.cost(current, workload, remaining_tokens, Load(), (), drafting_now)
+    alone_go = router.cost(other, workload, remaining_tokens, Load(), (), drafting_now)
+    alone = alone_go.total_ms * MOVE_MARGIN + move_ms < alone_stay.total_ms
+    shown = "unknown" if drafting_now is None else f"{drafting_now:.2f}"
+    return MoveProposal(
+        other,
+        "drafting" if alone else "load",
+        f"{current} -> {other}: {stay.total_ms / 1000:.2f} s to stay, "
+        f"{(go.total_ms + move_ms) / 1000:.2f} s to move, at {load.total:g} in flight, "
+        f"{shown} tokens per draft step",
+    )

@@ -143,6 +143,14 @@ class Usage(BaseModel):
     )
 
 
+class RouteSegment(BaseModel):
+    """specgate extension: one engine's share of a request that may move mid-stream."""
+
+    route: Literal["speculative", "plain"]
+    tokens: int
+    reason: str
+
+
 class RouteInfo(BaseModel):
     """specgate extension: which engine served the request, and why."""
 
@@ -153,6 +161,9 @@ class RouteInfo(BaseModel):
     # What vLLM's ngram drafter would have drafted and accepted for this output, replayed
     # by the gateway from the token ids (either route; engines that expose token ids).
     shadow_drafting: SpeculativeUsage | None = None
+    # For a request that could move between engines: where each part of it ran, and why.
+    # `route` above is where it started (the x-specgate-route header's value).
+    segments: list[RouteSegment] | None = None
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

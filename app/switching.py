@@ -1,0 +1,205 @@
+"""Moving a streaming request between the engines, mid-stream, without the client noticing.
+
+A move ends the request on one engine and continues it on the other with the prompt plus
+the tokens generated so far as token ids, and `max_tokens` reduced by what was produced.
+The client sees one stream: prompt counts stay the original prompt's, token counts add up,
+logprobs continue. Greedy output is unchanged, because both engines compute the same model
+on the same tokens (tests/engine/test_switching.py).
+
+Only requests whose state is all in their tokens can move; `not_movable` names the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field, replace
+
+from app.engine.base import Engine
+from app.engine.types import (
+    GenerationRequest,
+    GenerationStep,
+    Route,
+    SpecDecodeStats,
+    other_route,
+)
+from app.routing.policy import MoveProposal
+from app.routing.shadow_drafter import NgramConfig, ShadowDrafter
+
+logger = logging.getLogger("specgate.switching")
+
+# Look again after this many new tokens; never move with fewer than MIN_REMAINING to go,
+# and at most MAX_MOVES times: a move re-reads the whole context.
+CHECK_EVERY_TOKENS = 16
+MIN_REMAINING_TOKENS = 32
+MAX_MOVES = 2
+# The request's own drafting yield is judged over its last this-many replayed steps.
+RECENT_STEPS = 8
+
+BASES_THAT_MAY_MOVE = frozenset({"learned", "explore", "load", "acceptance"})
+
+
+@dataclass
+class Segment:
+    """One engine's share of a request."""
+
+    route: Route
+    reason: str
+    tokens: int = 0
+    # The speculative engine's figures; for a segment moved away (vLLM reports per-request
+    # figures only when a request finishes), the shadow drafter's replay of its tokens,
+    # which matches the ngram engine's (tests/engine/test_engines.py).
+    spec: SpecDecodeStats | None = None
+
+
+@dataclass(frozen=True)
+class MoveContext:
+    """What the decision to move sees at a checkpoint."""
+
+    route: Route
+    remaining_tokens: int
+    context_tokens: int
+    drafting_now: float | None
+
+
+# Asked at each checkpoint: where the rest should go, or None to stay.
+MovePolicy = Callable[[MoveContext], MoveProposal | None]
+# Told when a sequence leaves one route for the other (load accounting, metrics).
+MoveListener = Callable[[Route, Route, MoveProposal], None]
+
+
+def not_movable(
+    request: GenerationRequest, basis: str, shadow: NgramConfig | None, forced: bool = False
+) -> str | None:
+    """Why this request must stay where it started, or None if it may move.
+
+    A client that pinned a route stays on it, unless it asked for a move itself (`forced`).
+    """
+    options = request.options
+    if basis not in BASES_THAT_MAY_MOVE and not (forced and basis == "header"):
+        return f"routed by {basis}"
+    reasons = {
+        "the speculative engine does not draft by prompt lookup": shadow is None,
+        "n > 1": options.n > 1,
+        # The grammar's state would restart on the other engine.
+        "structured output": options.json_schema is not None,
+        "echo": options.echo,
+        # vLLM holds back text that may start a stop string; a move would lose it.
+        "stop strings": bool(options.stop),
+        # A seed reproduces an answer only on the route it was drawn on.
+        "a seed": options.seed is not None,
+        # Penalties count output tokens, which become prompt tokens after a move.
+        "presence or frequency penalty": bool(
+            options.presence_penalty or options.frequency_penalty
+        ),
+    }
+    return next((reason for reason, applies in reasons.items() if applies), None)
+
+
+@dataclass
+class Mover:
+    engines: Mapping[Route, Engine]
+    request: GenerationRequest
+    first_route: Route
+    first_reason: str
+    shadow: NgramConfig
+    policy: MovePolicy
+    on_move: MoveListener
+    expected_tokens: float
+    # A client's X-Specgate-Move-After: one move, after this many tokens, whatever it costs.
+    move_after: int | None = None
+    segments: list[Segment] = field(default_factory=list)
+
+    @property
+    def route(self) -> Route:
+        return self.segments[-1].route if self.segments else self.first_route
+
+    def speculative_stats(self) -> SpecDecodeStats | None:
+        figures = [s.spec for s in self.segments if s.route == "speculative" and s.spec]
+        if not figures:
+            return None
+        total = figures[0]
+        for more in figures[1:]:
+            total = total + more
+        return total
+
+    async def steps(self) -> AsyncIterator[GenerationStep]:
+        options = self.request.options
+        request = self.request
+        segment = Segment(self.first_route, self.first_reason)
+        self.segments.append(segment)
+        prompt_ids: tuple[int, ...] | None = None
+        output: list[int] = []
+        whole: ShadowDrafter | None = None  # the whole output, for the yield drafting gives now
+        part: ShadowDrafter | None = None  # this segment's tokens, for its figures
+        next_check = CHECK_EVERY_TOKENS
+        while True:
+            proposal: MoveProposal | None = None
+            stream = self.engines[segment.route].generate(request)
+            try:
+                async for step in stream:
+                    if prompt_ids is None:
+                        prompt_ids = step.prompt_token_ids or ()
+                        whole = ShadowDrafter(prompt_ids, self.shadow)
+                    if part is None:
+                        part = ShadowDrafter((*prompt_ids, *output), self.shadow)
+                    original_prompt = step.prompt_token_ids if not output else None
+                    for delta in step.choices:
+                        output.extend(delta.token_ids)
+                        segment.tokens += delta.new_tokens
+                        part.feed(delta.token_ids)
+                        if whole is not None:
+                            whole.feed(delta.token_ids)
+                        if delta.spec is not None:
+                            segment.spec = delta.spec
+                    yield replace(
+                        step, prompt_tokens=len(prompt_ids), prompt_token_ids=original_prompt
+                    )
+                    if all(delta.finish_reason for delta in step.choices):
+                        return
+                    if self.move_after is not None or (
+                        len(output) >= next_check and len(self.segments) <= MAX_MOVES
+                    ):
+                        next_check = len(output) + CHECK_EVERY_TOKENS
+                        proposal = self._ask(segment.route, len(prompt_ids), output, whole)
+                        if proposal is not None:
+                            break
+            finally:
+                await stream.aclose()  # type: ignore[attr-defined]  # aborts an unfinished request
+            if proposal is None or prompt_ids is None or part is None:
+                return
+            part.finish()
+            if segment.route == "speculative" and segment.spec is None:
+                segment.spec = part.stats
+            logger.info("request %s moves: %s", self.request.request_id, proposal.reason)
+            self.on_move(segment.route, proposal.route, proposal)
+            segment = Segment(proposal.route, proposal.reason)
+            self.segments.append(segment)
+            part = None
+            left = None if options.max_tokens is None else options.max_tokens - len(output)
+            request = GenerationRequest(
+                f"{self.request.request_id}-m{len(self.segments) - 1}",
+                [*prompt_ids, *output],
+                replace(options, max_tokens=left),
+            )
+
+    def _ask(
+        self, route: Route, prompt_tokens: int, output: list[int], whole: ShadowDrafter | None
+    ) -> MoveProposal | None:
+        if not prompt_tokens:
+            return None  # the engine gave no token ids to continue from
+        if self.move_after is not None:
+            if len(self.segments) > 1 or len(output) < self.move_after:
+                return None
+            other = other_route(route)
+            return MoveProposal(other, "forced", f"{route} -> {other}: X-Specgate-Move-After")
+        limit = self.request.options.max_tokens
+        # An answer already past its expected length is expected to go on a little.
+        remaining = max(self.expected_tokens - len(output), float(CHECK_EVERY_TOKENS))
+        if limit is not None:
+            remaining = min(remaining, float(limit - len(output)))
+        if remaining < MIN_REMAINING_TOKENS:
+            return None
+        drafting = whole.recent_tokens_per_step(RECENT_STEPS) if whole is not None else None
+        context = MoveContext(route, int(remaining), prompt_tokens + len(output), drafting)
+        return self.policy(context)

@@ -1,0 +1,108 @@
+"""The mover on a scripted engine that exposes token ids: segments, usage and requests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from app.engine.types import (
+    ChoiceDelta,
+    GenerationRequest,
+    GenerationStep,
+    Route,
+    SamplingOptions,
+)
+from app.routing.policy import MoveProposal
+from app.routing.shadow_drafter import NgramConfig
+from app.switching import MoveContext, Mover, not_movable
+
+NGRAM = NgramConfig(k=3, min_n=2, max_n=3, max_model_len=1000)
+
+
+class CountingEngine:
+    """Continues any token-id prompt with the next integers, one token a step."""
+
+    exposes_token_ids = True
+
+    def __init__(self, route: Route) -> None:
+        self.route: Route = route
+        self.requests: list[GenerationRequest] = []
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
+        self.requests.append(request)
+        prompt = list(request.prompt) if isinstance(request.prompt, list) else [1, 2, 3]
+        limit = request.options.max_tokens or 10
+        for i in range(limit):
+            token = int(prompt[-1]) + 1 + i  # type: ignore[arg-type]
+            finish = "length" if i + 1 == limit else None
+            delta = ChoiceDelta(0, f" {token}", 1, finish_reason=finish, token_ids=(token,))
+            first = tuple(prompt) if i == 0 else None  # type: ignore[arg-type]
+            yield GenerationStep(len(prompt), [delta], prompt_token_ids=first)
+
+
+def mover(
+    move_after: int | None, policy_route: Route | None = None, first: Route = "plain"
+) -> tuple[Mover, dict[str, CountingEngine]]:
+    engines = {"plain": CountingEngine("plain"), "speculative": CountingEngine("speculative")}
+    moves: list[tuple[Route, Route]] = []
+
+    def policy(context: MoveContext) -> MoveProposal | None:
+        if policy_route is None or context.route == policy_route:
+            return None
+        return MoveProposal(policy_route, "load", "test")
+
+    request = GenerationRequest("r", [1, 2, 3], SamplingOptions(max_tokens=60, temperature=0))
+    made = Mover(
+        engines, request, first, "start", NGRAM, policy, lambda a, b, _: moves.append((a, b)),
+        expected_tokens=60, move_after=move_after,
+    )  # fmt: skip
+    return made, engines  # type: ignore[return-value]
+
+
+async def test_a_forced_move_continues_from_the_tokens_so_far() -> None:
+    made, engines = mover(move_after=5)
+    steps = [step async for step in made.steps()]
+    tokens = [t for step in steps for d in step.choices for t in d.token_ids]
+    assert tokens == list(range(4, 64))  # one uninterrupted count
+    assert all(step.prompt_tokens == 3 for step in steps)
+    assert [s.route for s in made.segments] == ["plain", "speculative"]
+    assert [s.tokens for s in made.segments] == [5, 55]
+    (second,) = engines["speculative"].requests
+    assert second.prompt == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert second.options.max_tokens == 55
+    assert second.request_id == "r-m1"
+    # The scripted engine reports no drafting figures for the segment that finished.
+    assert made.speculative_stats() is None
+
+
+async def test_a_speculative_segment_moved_away_reports_its_replayed_drafting() -> None:
+    made, _ = mover(move_after=5, first="speculative")
+    [step async for step in made.steps()]
+    assert [s.route for s in made.segments] == ["speculative", "plain"]
+    # vLLM reports figures only for finished requests; the shadow replay of the segment's
+    # five tokens stands in (a count has no repeated n-gram: nothing drafted).
+    assert made.segments[0].spec is not None
+    assert made.speculative_stats() == made.segments[0].spec
+
+
+async def test_the_policy_moves_at_checkpoints_only() -> None:
+    made, _ = mover(move_after=None, policy_route="speculative")
+    tokens = [t async for step in made.steps() for d in step.choices for t in d.token_ids]
+    assert tokens == list(range(4, 64))
+    assert [s.tokens for s in made.segments] == [16, 44]
+
+
+def test_what_cannot_move() -> None:
+    def why(**options: object) -> str | None:
+        request = GenerationRequest("r", "x", SamplingOptions(**options))  # type: ignore[arg-type]
+        return not_movable(request, "learned", NGRAM)
+
+    assert why() is None
+    assert why(json_schema={}) == "structured output"
+    assert why(n=2) == "n > 1"
+    assert why(echo=True) == "echo"
+    assert why(seed=1) == "a seed"
+    assert why(stop=("x",)) == "stop strings"
+    assert why(presence_penalty=0.1) == "presence or frequency penalty"
+    request = GenerationRequest("r", "x", SamplingOptions())
+    assert not_movable(request, "header", NGRAM) == "routed by header"
+    assert not_movable(request, "learned", None) is not None
