@@ -28,14 +28,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import httpx
 
 from bench import report
 from bench.client import Arm, Prompt, Sample, measure, request_body
-from bench.run import MODEL_NAME, REPO, load_prompts, machine_info
+from bench.report import ms_cell, num_cell, s_cell
+from bench.run import MODEL_NAME, REPO, load_prompts, machine_info, stop_on_sigterm
 from bench.servers import ServerError, free_port, serve, specgate_spec
 
 logger = logging.getLogger("bench.load_phases")
@@ -449,18 +449,6 @@ def ratios(
 # -- markdown ------------------------------------------------------------------------------------
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1000:.0f}"
-
-
-def _s(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
-def _num(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def schedule_markdown(phases: Sequence[Phase], schedule: Sequence[Slot]) -> str:
     lines = [
         "| phase | requests | loop | mean gap s / concurrency | first s | last s |",
@@ -471,7 +459,7 @@ def schedule_markdown(phases: Sequence[Phase], schedule: Sequence[Slot]) -> str:
         shape = f"{p.mean_gap_s:g}" if p.open_loop else f"{p.concurrency}"
         lines.append(
             f"| {p.name} | {p.requests} | {'open' if p.open_loop else 'closed'} | {shape} "
-            f"| {_s(min(times)) if times else '-'} | {_s(max(times)) if times else '-'} |"
+            f"| {s_cell(min(times)) if times else '-'} | {s_cell(max(times)) if times else '-'} |"
         )
     return "\n".join(lines)
 
@@ -490,9 +478,10 @@ def markdown(
             s = summary.base
             routes = ", ".join(f"{k} {v:.2f}" for k, v in summary.route_shares.items()) or "-"
             lines.append(
-                f"| {phase} | {arm} | {s.n} | {s.errors} | {_s(s.e2e_mean_s)} | {_s(s.e2e_p90_s)} "
-                f"| {_ms(s.ttft_p50_s)} | {_ms(s.ttft_p90_s)} | {_ms(s.itl_p50_s)} "
-                f"| {_ms(s.itl_p90_s)} | {routes} | {_num(summary.mean_in_flight, 1)} "
+                f"| {phase} | {arm} | {s.n} | {s.errors} "
+                f"| {s_cell(s.e2e_mean_s)} | {s_cell(s.e2e_p90_s)} "
+                f"| {ms_cell(s.ttft_p50_s)} | {ms_cell(s.ttft_p90_s)} | {ms_cell(s.itl_p50_s)} "
+                f"| {ms_cell(s.itl_p90_s)} | {routes} | {num_cell(summary.mean_in_flight, 1)} "
                 f"| {summary.switched} |"
             )
     lines += [
@@ -514,10 +503,11 @@ def markdown(
             for arm, r in rows.items():
                 lines.append(
                     f"| {phase} | {arm} | {r['slots']} | {', '.join(r['fixed_arms'])} "
-                    f"| {_s(r['best_fixed_mean_s'])} "
-                    f"| {_s(r['arm_mean_s'])} | {_num(r['mean_over_best_fixed'], 3)} "
-                    f"| {_s(r['best_fixed_p90_s'])} | {_s(r['arm_p90_s'])} "
-                    f"| {_num(r['p90_over_best_fixed'], 3)} | {_num(r['mean_over_oracle'], 3)} |"
+                    f"| {s_cell(r['best_fixed_mean_s'])} "
+                    f"| {s_cell(r['arm_mean_s'])} | {num_cell(r['mean_over_best_fixed'], 3)} "
+                    f"| {s_cell(r['best_fixed_p90_s'])} | {s_cell(r['arm_p90_s'])} "
+                    f"| {num_cell(r['p90_over_best_fixed'], 3)} "
+                    f"| {num_cell(r['mean_over_oracle'], 3)} |"
                 )
         lines.append("")
     return "\n".join(lines)
@@ -564,7 +554,7 @@ def write_results(
             schedule_markdown(phases, schedule),
             "",
             "Largest delay of a send past its scheduled time: "
-            + ", ".join(f"{arm} {_ms(v)} ms" for arm, v in lag.items()),
+            + ", ".join(f"{arm} {ms_cell(v)} ms" for arm, v in lag.items()),
             "",
             markdown(table, ratio_table),
         ]
@@ -729,11 +719,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    # Turn SIGTERM into an exception so serve()'s `finally` stops the server.
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -755,9 +740,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(schedule_markdown(phases, schedule))
         for slot in schedule:
-            print(f"{slot.index:3d} {slot.phase:7s} {_s(slot.at_s):>7s} {slot.prompt_id}")
+            print(f"{slot.index:3d} {slot.phase:7s} {s_cell(slot.at_s):>7s} {slot.prompt_id}")
         return 0
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     started = datetime.now(UTC)
     try:
         records, servers = run_all(args, schedule, phases, prompts)

@@ -201,15 +201,15 @@ def _ratio(ours: Summary | None, theirs: Summary | None) -> float | None:
 # -- markdown ------------------------------------------------------------------------------------
 
 
-def _ms(value: float | None) -> str:
+def ms_cell(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.0f}"
 
 
-def _s(value: float | None) -> str:
+def s_cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _num(value: float | None, digits: int = 2) -> str:
+def num_cell(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
@@ -231,11 +231,11 @@ def markdown(
         for cls, by_arm in by_class.items():
             for arm, s in by_arm.items():
                 lines.append(
-                    f"| {cls} | {arm} | {s.n} | {s.errors} | {_ms(s.ttft_p50_s)} "
-                    f"| {_ms(s.ttft_p90_s)} | {_ms(s.itl_p50_s)} | {_ms(s.itl_p90_s)} "
-                    f"| {_s(s.e2e_p50_s)} | {_s(s.e2e_p90_s)} | {_s(s.e2e_mean_s)} "
-                    f"| {_num(s.tokens_per_s, 1)} | {_num(s.speculative_share)} "
-                    f"| {_num(s.acceptance_rate)} | {_num(s.auto_matches_oracle)} |"
+                    f"| {cls} | {arm} | {s.n} | {s.errors} | {ms_cell(s.ttft_p50_s)} "
+                    f"| {ms_cell(s.ttft_p90_s)} | {ms_cell(s.itl_p50_s)} | {ms_cell(s.itl_p90_s)} "
+                    f"| {s_cell(s.e2e_p50_s)} | {s_cell(s.e2e_p90_s)} | {s_cell(s.e2e_mean_s)} "
+                    f"| {num_cell(s.tokens_per_s, 1)} | {num_cell(s.speculative_share)} "
+                    f"| {num_cell(s.acceptance_rate)} | {num_cell(s.auto_matches_oracle)} |"
                 )
         lines.append("")
         if level in ratio_table:
@@ -246,17 +246,17 @@ def markdown(
             ]
             for cls, r in ratio_table[level].items():
                 lines.append(
-                    f"| {cls} | {int(r['prompts'] or 0)} | {_s(r['never_mean_s'])} "
-                    f"| {_s(r['always_mean_s'])} | {_s(r['auto_mean_s'])} "
-                    f"| {_s(r['oracle_mean_s'])} | {_num(r['auto_over_best_fixed'], 3)} "
-                    f"| {_num(r['auto_over_oracle'], 3)} |"
+                    f"| {cls} | {int(r['prompts'] or 0)} | {s_cell(r['never_mean_s'])} "
+                    f"| {s_cell(r['always_mean_s'])} | {s_cell(r['auto_mean_s'])} "
+                    f"| {s_cell(r['oracle_mean_s'])} | {num_cell(r['auto_over_best_fixed'], 3)} "
+                    f"| {num_cell(r['auto_over_oracle'], 3)} |"
                 )
             lines.append("")
         extra = overhead.get(level, {})
         if any(v is not None for v in extra.values()):
             lines.append(
                 "Gateway vs vLLM's own server (mean e2e): "
-                + ", ".join(f"{k} = {_num(v, 3)}" for k, v in extra.items())
+                + ", ".join(f"{k} = {num_cell(v, 3)}" for k, v in extra.items())
             )
             lines.append("")
         if throughput.get(level):

@@ -502,7 +502,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+def stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
     # Turn SIGTERM into an exception so the `finally` blocks stop the servers.
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -512,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     prompts = load_prompts(args.prompts, args.limit_per_class, args.split)
     if not prompts:
         raise SystemExit(f"no prompts in {args.prompts}")
