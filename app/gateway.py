@@ -142,7 +142,7 @@ class Gateway:
             self.in_flight.remove(run.route, sequences)
             self._finished(run, others)
 
-        shadow = self.shadow if len(prompts) * options.n == 1 else None
+        shadow = self.shadow if sequences == 1 else None
         run = await Run.start(steps, decision, endpoint, finished, request_id, shadow, mover)
         self._running[run] = expected * sequences
         return run

@@ -163,10 +163,12 @@ class Run:
 
     def _account(self, step: GenerationStep) -> None:
         self.prompt_tokens = step.prompt_tokens
-        if step.prompt_token_ids is not None and self.shadow_config and len(step.choices) == 1:
+        if self.mover is not None:
+            self.shadow = self.mover.replay  # the mover replays the output as it moves it
+        elif step.prompt_token_ids is not None and self.shadow_config and len(step.choices) == 1:
             self.shadow = ShadowDrafter(step.prompt_token_ids, self.shadow_config)
         for delta in step.choices:
-            if self.shadow is not None:
+            if self.shadow is not None and self.mover is None:
                 self.shadow.feed(delta.token_ids)
             choice = self.choices.setdefault(delta.index, ChoiceResult())
             choice.text += delta.text

@@ -109,6 +109,9 @@ class Mover:
     # A client's X-Specgate-Move-After: one move, after this many tokens, whatever it costs.
     move_after: int | None = None
     segments: list[Segment] = field(default_factory=list)
+    # The whole output replayed through the ngram drafter: what drafting gives the request
+    # now. The run reports it as its shadow (one replay per request, not two).
+    replay: ShadowDrafter | None = None
 
     @property
     def route(self) -> Route:
@@ -130,8 +133,8 @@ class Mover:
         self.segments.append(segment)
         prompt_ids: tuple[int, ...] | None = None
         output: list[int] = []
-        whole: ShadowDrafter | None = None  # the whole output, for the yield drafting gives now
-        part: ShadowDrafter | None = None  # this segment's tokens, for its figures
+        # A speculative segment's own replay: its figures if it is moved away.
+        part: ShadowDrafter | None = None
         next_check = CHECK_EVERY_TOKENS
         while True:
             proposal: MoveProposal | None = None
@@ -140,16 +143,17 @@ class Mover:
                 async for step in stream:
                     if prompt_ids is None:
                         prompt_ids = step.prompt_token_ids or ()
-                        whole = ShadowDrafter(prompt_ids, self.shadow)
-                    if part is None:
+                        self.replay = ShadowDrafter(prompt_ids, self.shadow)
+                    if part is None and segment.route == "speculative":
                         part = ShadowDrafter((*prompt_ids, *output), self.shadow)
                     original_prompt = step.prompt_token_ids if not output else None
                     for delta in step.choices:
                         output.extend(delta.token_ids)
                         segment.tokens += delta.new_tokens
-                        part.feed(delta.token_ids)
-                        if whole is not None:
-                            whole.feed(delta.token_ids)
+                        if part is not None:
+                            part.feed(delta.token_ids)
+                        if self.replay is not None:
+                            self.replay.feed(delta.token_ids)
                         if delta.spec is not None:
                             segment.spec = delta.spec
                     yield replace(
@@ -161,15 +165,15 @@ class Mover:
                         len(output) >= next_check and len(self.segments) <= MAX_MOVES
                     ):
                         next_check = len(output) + CHECK_EVERY_TOKENS
-                        proposal = self._ask(segment.route, len(prompt_ids), output, whole)
+                        proposal = self._ask(segment.route, len(prompt_ids), output)
                         if proposal is not None:
                             break
             finally:
                 await stream.aclose()  # type: ignore[attr-defined]  # aborts an unfinished request
-            if proposal is None or prompt_ids is None or part is None:
+            if proposal is None or prompt_ids is None:
                 return
-            part.finish()
-            if segment.route == "speculative" and segment.spec is None:
+            if part is not None and segment.spec is None:
+                part.finish()
                 segment.spec = part.stats
             logger.info("request %s moves: %s", self.request.request_id, proposal.reason)
             self.on_move(segment.route, proposal.route, proposal)
@@ -183,9 +187,7 @@ class Mover:
                 replace(options, max_tokens=left),
             )
 
-    def _ask(
-        self, route: Route, prompt_tokens: int, output: list[int], whole: ShadowDrafter | None
-    ) -> MoveProposal | None:
+    def _ask(self, route: Route, prompt_tokens: int, output: list[int]) -> MoveProposal | None:
         if not prompt_tokens:
             return None  # the engine gave no token ids to continue from
         if self.move_after is not None:
@@ -200,6 +202,7 @@ class Mover:
             remaining = min(remaining, float(limit - len(output)))
         if remaining < MIN_REMAINING_TOKENS:
             return None
-        drafting = whole.recent_tokens_per_step(RECENT_STEPS) if whole is not None else None
+        replay = self.replay
+        drafting = replay.recent_tokens_per_step(RECENT_STEPS) if replay is not None else None
         context = MoveContext(route, int(remaining), prompt_tokens + len(output), drafting)
         return self.policy(context)
