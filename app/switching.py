@@ -79,15 +79,19 @@ def not_movable(
     if basis not in BASES_THAT_MAY_MOVE and not (forced and basis == "header"):
         return f"routed by {basis}"
     reasons = {
-        "the speculative engine does not draft by prompt lookup": shadow is None,
+        # Moves are judged by the shadow drafter: it needs ngram drafting and token ids.
+        "no shadow drafter (not ngram speculation, or an engine without token ids)": (
+            shadow is None
+        ),
         "n > 1": options.n > 1,
         # The grammar's state would restart on the other engine.
         "structured output": options.json_schema is not None,
         "echo": options.echo,
         # vLLM holds back text that may start a stop string; a move would lose it.
         "stop strings": bool(options.stop),
-        # A seed reproduces an answer only on the route it was drawn on.
-        "a seed": options.seed is not None,
+        # A seed reproduces a sampled answer only on the route it was drawn on; greedy
+        # answers ignore it.
+        "a seed": options.seed is not None and options.temperature != 0,
         # Penalties count output tokens, which become prompt tokens after a move.
         "presence or frequency penalty": bool(
             options.presence_penalty or options.frequency_penalty

@@ -91,9 +91,10 @@ def request_body(
     body: dict[str, Any] = {"model": model, **prompt.fields}
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
-    if seed is not None:
+    if seed is not None and body.get("temperature", 1.0) != 0:
         # A fixed seed keeps sampled (T > 0) outputs, and so their lengths, steadier across
-        # repeats; the prompt's own seed wins.
+        # repeats; the prompt's own seed wins. Greedy requests get none: it would change
+        # nothing but keep them from moving between engines mid-stream.
         body.setdefault("seed", seed)
     return body
 

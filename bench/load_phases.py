@@ -55,11 +55,11 @@ class LoadArm:
 ARM_TABLE: tuple[LoadArm, ...] = (
     LoadArm("never", "off"),
     LoadArm("always", "on"),
-    LoadArm("auto", "auto"),
+    LoadArm("auto", "auto", ("--routing-mid-stream", "off")),
     # Auto routing that may change engine part-way through a response.
     LoadArm("auto-switch", "auto", ("--routing-mid-stream", "on")),
 )
-DEFAULT_ARMS = "never,always,auto"
+DEFAULT_ARMS = "never,always,auto,auto-switch"
 
 
 @dataclass(frozen=True)

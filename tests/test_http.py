@@ -106,6 +106,21 @@ async def test_auto_routes_json_work_to_the_speculative_engine(client: httpx.Asy
     assert response.headers["x-specgate-class"] == "structured"
 
 
+async def test_completions_honour_response_format_as_vllm_does(
+    client: httpx.AsyncClient,
+) -> None:
+    body = {"model": MODEL, "prompt": "a b", "max_tokens": 3}
+    response = await client.post(
+        "/v1/completions", json={**body, "response_format": {"type": "json_object"}}
+    )
+    assert response.status_code == 200, response.text
+    assert response.headers["x-specgate-class"] == "structured"
+    bad = {**body, "response_format": {"type": "json_schema"}}
+    assert_openai_error(
+        await client.post("/v1/completions", json=bad), 400, "response_format.json_schema"
+    )
+
+
 async def test_speculative_responses_carry_acceptance_in_usage(client: httpx.AsyncClient) -> None:
     response = await client.post(CHAT, json=chat_body(), headers={"X-Speculative": "on"})
     spec = response.json()["usage"]["speculative_decoding"]

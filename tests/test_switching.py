@@ -101,6 +101,7 @@ def test_what_cannot_move() -> None:
     assert why(n=2) == "n > 1"
     assert why(echo=True) == "echo"
     assert why(seed=1) == "a seed"
+    assert why(seed=1, temperature=0.0) is None  # greedy: the seed changes nothing
     assert why(stop=("x",)) == "stop strings"
     assert why(presence_penalty=0.1) == "presence or frequency penalty"
     request = GenerationRequest("r", "x", SamplingOptions())

@@ -37,10 +37,12 @@ async def create_completion(
     """Create a text completion, streamed over SSE when `stream` is true."""
     gateway.check_model(body.model)
     prompts = body.prompts()
-    options = sampling_options(body, body.max_tokens, None, body.logprobs, bool(body.echo))
+    json_schema = body.json_schema()
+    options = sampling_options(body, body.max_tokens, json_schema, body.logprobs, bool(body.echo))
     features = extract_features(
         # Token-id prompts have no text to classify; they route on sampling alone.
         "\n".join(prompt for prompt in prompts if isinstance(prompt, str)),
+        wants_json=json_schema is not None,
         temperature=options.temperature,
         top_p=options.top_p,
         max_tokens=options.max_tokens,

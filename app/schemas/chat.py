@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -38,23 +38,6 @@ class ChatMessageIn(BaseModel):
         return "".join(part.text for part in self.content)
 
 
-class JsonSchemaFormat(BaseModel):
-    name: str = "response"
-    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
-    strict: bool | None = None
-
-
-class ResponseFormat(BaseModel):
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: JsonSchemaFormat | None = None
-
-    @model_validator(mode="after")
-    def _schema_when_needed(self) -> ResponseFormat:
-        if self.type == "json_schema" and self.json_schema is None:
-            raise FieldError("response_format.json_schema", "is required for type json_schema")
-        return self
-
-
 class ChatCompletionRequest(RequestBase):
     # The embedded model has no tool-call format, so tools are refused rather than ignored.
     unsupported_fields: ClassVar[tuple[str, ...]] = ("tools", "functions", "audio", "prediction")
@@ -62,7 +45,6 @@ class ChatCompletionRequest(RequestBase):
     messages: list[ChatMessageIn] = Field(min_length=1)
     max_tokens: int | None = MaxTokensField
     max_completion_tokens: int | None = MaxTokensField
-    response_format: ResponseFormat | None = None
     logprobs: bool | None = Field(None, description="Return each output token's logprob.")
     top_logprobs: int | None = Field(
         None, ge=0, le=MAX_LOGPROBS, description="Alternatives per token; needs logprobs."
@@ -85,14 +67,6 @@ class ChatCompletionRequest(RequestBase):
     def token_limit(self) -> int | None:
         # max_completion_tokens is the newer name; it wins when both are sent.
         return self.max_completion_tokens or self.max_tokens
-
-    def json_schema(self) -> dict[str, Any] | None:
-        """The structured-output constraint: a schema, {} for any JSON object, None for text."""
-        if self.response_format is None or self.response_format.type == "text":
-            return None
-        if self.response_format.json_schema is not None:
-            return self.response_format.json_schema.schema_
-        return {}
 
 
 class TopLogprob(BaseModel):

@@ -60,6 +60,23 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(BaseModel):
+    name: str = "response"
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_when_needed(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise FieldError("response_format.json_schema", "is required for type json_schema")
+        return self
+
+
 class RequestBase(BaseModel):
     """Fields and checks common to chat and completion requests."""
 
@@ -92,6 +109,8 @@ class RequestBase(BaseModel):
     repetition_penalty: float | None = Field(
         None, gt=0, le=2, description="vLLM extension: >1 discourages repeating tokens."
     )
+    # OpenAI's chat field; on completions a vLLM extension, honoured the same way.
+    response_format: ResponseFormat | None = None
 
     @model_validator(mode="after")
     def _check_common(self) -> RequestBase:
@@ -112,6 +131,14 @@ class RequestBase(BaseModel):
             if value not in (None, False, [], {}):
                 raise FieldError(name, "is not supported by this server")
         return self
+
+    def json_schema(self) -> dict[str, Any] | None:
+        """The structured-output constraint: a schema, {} for any JSON object, None for text."""
+        if self.response_format is None or self.response_format.type == "text":
+            return None
+        if self.response_format.json_schema is not None:
+            return self.response_format.json_schema.schema_
+        return {}
 
     def token_biases(self) -> dict[int, float] | None:
         if not self.logit_bias:

@@ -11,6 +11,22 @@ from tests.engine.prompts import JSON_CONTINUATION, MODEL
 
 STORY = "Once upon a time, in a small village by the sea, there lived"
 MOVE = {"X-Specgate-Move-After": "12"}
+# A schema whose every answer runs past the move point.
+LONG_JSON = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "numbers",
+        "schema": {
+            "type": "object",
+            "properties": {
+                "numbers": {
+                    "type": "array", "items": {"type": "integer"}, "minItems": 12, "maxItems": 12
+                }
+            },
+            "required": ["numbers"],
+        },
+    },
+}  # fmt: skip
 
 
 def stream_completion(client: OpenAI, prompt: str, headers: dict[str, str], **fields: Any) -> Any:
@@ -86,7 +102,9 @@ def test_a_moved_request_is_counted(sync_client: OpenAI, server: Any) -> None:
     [
         ({"n": 2, "temperature": 0.7}, "n > 1"),
         ({"echo": True}, "echo"),
-        ({"seed": 7}, "a seed"),
+        ({"seed": 7, "temperature": 0.7}, "a seed"),
+        # On completions a vLLM extension, honoured as on chat.
+        ({"response_format": LONG_JSON}, "structured output"),
         ({"stop": ["\n\n"]}, "stop strings"),
         ({"frequency_penalty": 0.5}, "penalty"),
     ],
@@ -95,8 +113,9 @@ def test_requests_that_cannot_move_stay(
     sync_client: OpenAI, fields: dict[str, Any], why: str
 ) -> None:
     body: dict[str, Any] = {"max_tokens": 24, "temperature": 0, **fields}
+    # extra_body: response_format is not among the SDK's completions arguments.
     completion = sync_client.completions.create(
-        model=MODEL, prompt=STORY, extra_headers=MOVE, **body
+        model=MODEL, prompt=STORY, extra_headers=MOVE, extra_body=body
     )
     info = completion.model_extra["specgate"]  # type: ignore[index]
     assert info.get("segments") is None, (why, info)
