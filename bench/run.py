@@ -84,11 +84,13 @@ class Pass:
 # -- the prompt set ------------------------------------------------------------------------------
 
 
-def load_prompts(path: Path, limit_per_class: int | None, split: str = "all") -> list[Prompt]:
+def load_prompts(
+    path: Path, limit_per_class: int | None, split: str = "all", shape: str | None = None
+) -> list[Prompt]:
     """Read the JSONL prompt set, keep the first N of each class, interleave the classes.
 
     `split` "tune" or "report" keeps only the lines whose `split` field says so (first, before
-    the per-class limit); "all" keeps every line.
+    the per-class limit); "all" keeps every line. `shape` keeps only lines of that `shape`.
 
     Interleaving (code, structured, edit, open-ended, code, ...) spreads the machine's drift
     over all classes instead of letting it land on whichever class comes last in the file.
@@ -100,6 +102,8 @@ def load_prompts(path: Path, limit_per_class: int | None, split: str = "all") ->
         row = json.loads(line)
         prompt = _parse_prompt(row, f"{path}:{number}")
         if split != "all" and row.get("split") != split:
+            continue
+        if shape is not None and row.get("shape") != shape:
             continue
         by_class.setdefault(prompt.cls, []).append(prompt)
     for cls, prompts in by_class.items():
@@ -457,6 +461,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="only the prompts of this split (the prompt file's `split` field)",
     )
     parser.add_argument(
+        "--shape", default=None, help="only the prompts of this `shape` (e.g. changing)"
+    )
+    parser.add_argument(
         "--max-tokens", type=int, default=None, metavar="N", help="override every max_tokens"
     )
     parser.add_argument(
@@ -513,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parse_args(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, stop_on_sigterm)
-    prompts = load_prompts(args.prompts, args.limit_per_class, args.split)
+    prompts = load_prompts(args.prompts, args.limit_per_class, args.split, args.shape)
     if not prompts:
         raise SystemExit(f"no prompts in {args.prompts}")
     logger.info(
