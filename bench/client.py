@@ -78,6 +78,9 @@ class Sample:
     # The route segments of a response that changed engine mid-stream, from the `segments`
     # list of the last `specgate` object in the stream; None where the server sends none.
     segments: list[Any] | None = None
+    # What ngram drafting would have drafted and accepted for this output (either route),
+    # from the specgate object's `shadow_drafting`: acceptance free of batching effects.
+    shadow: SpecCounters | None = None
 
     @property
     def switches(self) -> int:
@@ -157,6 +160,13 @@ async def measure(
                 info = event.get("specgate")
                 if isinstance(info, dict) and isinstance(info.get("segments"), list):
                     sample.segments = info["segments"]
+                shadow = info.get("shadow_drafting") if isinstance(info, dict) else None
+                if isinstance(shadow, dict):
+                    sample.shadow = SpecCounters(
+                        int(shadow["drafts"]),
+                        int(shadow["draft_tokens"]),
+                        int(shadow["accepted_tokens"]),
+                    )
         ended = time.perf_counter()
     except httpx.HTTPError as exc:
         sample.error = f"{type(exc).__name__}: {exc}"
