@@ -45,6 +45,13 @@ class SpecCounters:
     draft_tokens: int = 0
     accepted_tokens: int = 0
 
+    @classmethod
+    def from_json(cls, figures: dict[str, Any]) -> SpecCounters:
+        """From a `speculative_decoding` or `shadow_drafting` object."""
+        return cls(
+            int(figures["drafts"]), int(figures["draft_tokens"]), int(figures["accepted_tokens"])
+        )
+
     def __sub__(self, other: SpecCounters) -> SpecCounters:
         return SpecCounters(
             self.drafts - other.drafts,
@@ -162,11 +169,7 @@ async def measure(
                     sample.segments = info["segments"]
                 shadow = info.get("shadow_drafting") if isinstance(info, dict) else None
                 if isinstance(shadow, dict):
-                    sample.shadow = SpecCounters(
-                        int(shadow["drafts"]),
-                        int(shadow["draft_tokens"]),
-                        int(shadow["accepted_tokens"]),
-                    )
+                    sample.shadow = SpecCounters.from_json(shadow)
         ended = time.perf_counter()
     except httpx.HTTPError as exc:
         sample.error = f"{type(exc).__name__}: {exc}"
@@ -192,9 +195,7 @@ def _fill_timings(
         tokens = int(usage.get("completion_tokens") or 0)
         spec = usage.get("speculative_decoding")
         if spec is not None:
-            sample.spec = SpecCounters(
-                int(spec["drafts"]), int(spec["draft_tokens"]), int(spec["accepted_tokens"])
-            )
+            sample.spec = SpecCounters.from_json(spec)
     sample.completion_tokens = tokens
     if not chunk_times:
         return
