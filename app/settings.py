@@ -109,6 +109,12 @@ class Settings(BaseSettings):
         description="KV-cache bytes per engine. Default on CPUs: 512 MiB each (sizing by memory "
         "fraction is unreliable with two engines there); on GPUs: from the memory fraction.",
     )
+    engine_cpus: Literal["split", "shared"] = Field(
+        "split",
+        description="On CPUs, with two embedded engines: 'split' gives each its own half of "
+        "the cores (so both compute at once); 'shared' keeps vLLM's binding, which puts both "
+        "on the same cores. VLLM_CPU_OMP_THREADS_BIND, when set, wins over either.",
+    )
     enforce_eager: bool | None = Field(
         None, description="Skip torch.compile and graphs. Default: on for CPUs, off for GPUs."
     )
@@ -124,7 +130,7 @@ class Settings(BaseSettings):
     routing_pins: dict[str, Literal["speculative", "plain"]] = Field(
         default_factory=dict,
         description='Classes pinned to an engine, as JSON: {"open-ended": "plain"}. Classes: '
-        "structured, code-edit, code, rewrite, open-ended.",
+        "structured, fresh-json, code-edit, code, rewrite, open-ended.",
     )
     routing_max_speculative_temperature: float | None = Field(
         None, ge=0, description="Above this temperature, auto never speculates. Default: no limit."

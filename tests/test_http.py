@@ -100,10 +100,25 @@ async def test_route_follows_the_header(
     )
 
 
+# JSON asked for about material in the prompt: prompt lookup has values to copy.
+EXTRACTION = [
+    {
+        "role": "user",
+        "content": "Return the fields name, age and city of each person below as JSON.\n"
+        + "Ada Lovelace, 36, London. Alan Turing, 41, Manchester. Grace Hopper, 85, "
+        "Arlington. Edsger Dijkstra, 72, Nuenen. Barbara Liskov, 84, Boston.",
+    }
+]
+
+
 async def test_auto_routes_json_work_to_the_speculative_engine(client: httpx.AsyncClient) -> None:
-    response = await client.post(CHAT, json=chat_body(response_format={"type": "json_object"}))
+    body = chat_body(messages=EXTRACTION, response_format={"type": "json_object"})
+    response = await client.post(CHAT, json=body)
     assert response.headers["x-specgate-route"] == "speculative"
     assert response.headers["x-specgate-class"] == "structured"
+    # The same format with nothing to copy is a class of its own.
+    response = await client.post(CHAT, json=chat_body(response_format={"type": "json_object"}))
+    assert response.headers["x-specgate-class"] == "fresh-json"
 
 
 async def test_completions_honour_response_format_as_vllm_does(
@@ -114,7 +129,7 @@ async def test_completions_honour_response_format_as_vllm_does(
         "/v1/completions", json={**body, "response_format": {"type": "json_object"}}
     )
     assert response.status_code == 200, response.text
-    assert response.headers["x-specgate-class"] == "structured"
+    assert response.headers["x-specgate-class"] == "fresh-json"
     bad = {**body, "response_format": {"type": "json_schema"}}
     assert_openai_error(
         await client.post("/v1/completions", json=bad), 400, "response_format.json_schema"
@@ -379,7 +394,7 @@ async def test_routing_state_shows_rules_and_what_was_learned(client: httpx.Asyn
     structured = before["classes"]["structured"]
     assert structured["expected_speedup"] > 1  # the CPU priors
     assert structured["speculative_samples"] == 0
-    body = chat_body(response_format={"type": "json_object"})
+    body = chat_body(messages=EXTRACTION, response_format={"type": "json_object"})
     await client.post(CHAT, json=body, headers={"X-Speculative": "on"})
     after = (await client.get("/v1/routing")).json()["classes"]["structured"]
     assert after["speculative_samples"] == 1

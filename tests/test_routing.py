@@ -35,7 +35,10 @@ JSON_RECORDS = "".join(f'{{"id": {i}, "name": "user{i}", "active": true}},\n' fo
         ("Write a SQL query that counts orders per customer.", False, WorkloadClass.CODE),
         (f"Add type hints to this code:\n{CODE_BLOCK}", False, WorkloadClass.CODE_EDIT),
         (CODE_BLOCK, False, WorkloadClass.CODE_EDIT),
-        ("List three colours.", True, WorkloadClass.STRUCTURED),
+        ("List three colours.", True, WorkloadClass.FRESH_JSON),
+        ("Invent a person.", True, WorkloadClass.FRESH_JSON),
+        (f"Return the names in this text as a JSON list.\n{PASSAGE}", True,
+         WorkloadClass.STRUCTURED),
         (f"Continue this list:\n[\n{JSON_RECORDS}", False, WorkloadClass.STRUCTURED),
         ("Convert this to YAML: name Ada, age 36, city London.", False,
          WorkloadClass.STRUCTURED),
@@ -201,7 +204,7 @@ def test_a_bad_header_value_is_a_client_error() -> None:
 # The benchmark's labels, and the router classes that serve each of them.
 BENCH_LABELS = {
     "code": {WorkloadClass.CODE, WorkloadClass.CODE_EDIT},
-    "structured": {WorkloadClass.STRUCTURED},
+    "structured": {WorkloadClass.STRUCTURED, WorkloadClass.FRESH_JSON},
     "edit": {WorkloadClass.REWRITE},
     "open-ended": {WorkloadClass.OPEN_ENDED},
 }

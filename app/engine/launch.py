@@ -13,6 +13,7 @@ from contextlib import AsyncExitStack
 
 from app.embedded_model import prepare_embedded_model
 from app.engine.base import Engine
+from app.engine.cpu_cores import bound_to, core_plan
 from app.engine.remote import RemoteEngine
 from app.engine.types import Route
 from app.settings import Settings
@@ -47,13 +48,17 @@ async def start_vllm_engines(
     settings: Settings, stack: AsyncExitStack, routes: tuple[Route, ...] | list[Route] = ROUTES
 ) -> dict[Route, Engine]:
     # Imported here so that the HTTP layer, its fast tests and all-remote gateways never load vLLM.
-    from app.engine.vllm_engine import VllmEngine
+    from app.engine.vllm_engine import VllmEngine, on_cpu
 
     model_path = await resolve_model_path(settings)
     engines: dict[Route, Engine] = {}
+    cores = core_plan(settings.engine_cpus, routes) if on_cpu() else {}
     started = time.monotonic()
     for route in routes:
-        engine = await asyncio.to_thread(VllmEngine.start, settings, model_path, route)
+        if route in cores:
+            logger.info("the %s engine computes on CPU cores %s", route, cores[route])
+        with bound_to(cores.get(route)):
+            engine = await asyncio.to_thread(VllmEngine.start, settings, model_path, route)
         stack.push_async_callback(engine.aclose)
         engines[route] = engine
     logger.info("engines ready in %.1f s", time.monotonic() - started)

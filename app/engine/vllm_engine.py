@@ -49,6 +49,10 @@ logger = logging.getLogger("specgate.engine")
 CPU_KV_CACHE_BYTES = 512 * 1024 * 1024
 
 
+def on_cpu() -> bool:
+    return current_platform.is_cpu()
+
+
 def engine_args(settings: Settings, model_path: str, route: Route) -> AsyncEngineArgs:
     """vLLM engine arguments for one route, with platform defaults applied."""
     on_cpu = current_platform.is_cpu()

@@ -13,7 +13,8 @@ from app.routing.features import RequestFeatures
 
 
 class WorkloadClass(StrEnum):
-    STRUCTURED = "structured"  # JSON, YAML, CSV: repeated keys and punctuation
+    STRUCTURED = "structured"  # JSON, YAML, CSV from material in the prompt: copies a lot
+    FRESH_JSON = "fresh-json"  # JSON asked for with nothing to copy: "invent a person"
     CODE_EDIT = "code-edit"  # change, continue or fix code given in the prompt
     CODE = "code"  # write new code
     REWRITE = "rewrite"  # rewrite, extract, continue or reformat a supplied passage
@@ -34,19 +35,27 @@ JSON_LINES = 3
 
 def classify(features: RequestFeatures) -> WorkloadClass:
     carries_code = features.code_lines >= CODE_LINES
-    if features.wants_json or (
-        features.json_lines >= JSON_LINES and features.json_lines >= features.code_lines
-    ):
+    carries_json = features.json_lines >= JSON_LINES and features.json_lines >= features.code_lines
+    if carries_json:
         return WorkloadClass.STRUCTURED
+    if features.wants_json:
+        # A grammar makes the output JSON, but drafts land only where the prompt has
+        # something to copy: a short instruction gives prompt lookup almost nothing.
+        if features.prompt_chars >= MATERIAL_CHARS or carries_code or _repetitive(features):
+            return WorkloadClass.STRUCTURED
+        return WorkloadClass.FRESH_JSON
     if features.json_words and not carries_code:
         return WorkloadClass.STRUCTURED
     if carries_code:
         return WorkloadClass.CODE_EDIT
-    repetitive = features.repetition >= REPETITIVE or features.compressibility >= COMPRESSIBLE
     if features.prompt_chars >= LONG_MATERIAL_CHARS or (
-        features.prompt_chars >= MATERIAL_CHARS and (features.edit_words or repetitive)
+        features.prompt_chars >= MATERIAL_CHARS and (features.edit_words or _repetitive(features))
     ):
         return WorkloadClass.REWRITE
     if features.code_words:
         return WorkloadClass.CODE
     return WorkloadClass.OPEN_ENDED
+
+
+def _repetitive(features: RequestFeatures) -> bool:
+    return features.repetition >= REPETITIVE or features.compressibility >= COMPRESSIBLE

@@ -57,11 +57,13 @@ class LinePrior:
 
 # Measured on the 2-core CPU specgate is developed on (bench/results, fp32, eager, ngram
 # K=5; mean ITL over all classes): alone, 30 ms per token plain and 27 speculative; at 8 in
-# flight, 61 and 81. Traffic replaces them within tens of requests (the prior weighs as
-# PRIOR_WEIGHT observations).
+# flight on the same engine, 61 and 81. With the engines on cores of their own (the default
+# on CPUs, app/engine/cpu_cores.py), a sequence on one engine barely slows the other: only
+# their schedulers and the gateway share cores. Traffic replaces these within tens of
+# requests (the prior weighs as PRIOR_WEIGHT observations).
 CPU_PRIORS: dict[Route, LinePrior] = {
-    "plain": LinePrior(30.0, 4.4, 4.4),
-    "speculative": LinePrior(27.0, 7.7, 7.7),
+    "plain": LinePrior(30.0, 4.4, 1.0),
+    "speculative": LinePrior(27.0, 1.0, 7.7),
 }
 PRIOR_WEIGHT = 4.0
 # Older observations fade: a weight of FORGETTING per newer one (about 100 remembered).

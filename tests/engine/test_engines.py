@@ -57,7 +57,7 @@ def test_auto_sends_a_json_continuation_to_the_speculative_engine(sync_client: O
         model=MODEL, prompt=JSON_CONTINUATION, max_tokens=4, temperature=0
     )
     assert raw.headers["x-specgate-class"] == "structured"
-    assert raw.headers["x-specgate-route"] == "speculative"
+    assert raw.headers["x-specgate-route"] == "speculative", raw.headers["x-specgate-reason"]
 
 
 @pytest.mark.parametrize("kind", ["chat", "completion"])
