@@ -153,3 +153,14 @@ def test_the_shadow_drafter_replays_the_engines_drafting(sync_client: OpenAI, he
     )
     assert again.choices[0].text == completion.choices[0].text
     assert again.model_extra["specgate"]["shadow_drafting"] == shadow  # type: ignore[index]
+
+
+def test_each_engine_computes_on_cores_of_its_own(server: ServerProcess) -> None:
+    import os
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: nothing to split")
+    workers = [p for p in server.descendants() if "Worker" in p.name()]
+    assert len(workers) == 2, [p.name() for p in server.descendants()]
+    first, second = (set(worker.cpu_affinity()) for worker in workers)
+    assert first and second and not first & second, (first, second)
