@@ -179,6 +179,7 @@ class Gateway:
                 load,
                 running,
                 context.drafting_now,
+                context.drafting_steps,
             )
 
         def moved(source: Route, target: Route, proposal: MoveProposal) -> None:

@@ -28,13 +28,15 @@ from app.routing.shadow_drafter import NgramConfig, ShadowDrafter
 
 logger = logging.getLogger("specgate.switching")
 
-# Look again after this many new tokens; never move with fewer than MIN_REMAINING to go,
-# and at most MAX_MOVES times: a move re-reads the whole context.
+# Look first after FIRST_CHECK_TOKENS, then again after every CHECK_EVERY_TOKENS new tokens;
+# never move with fewer than MIN_REMAINING to go, and at most MAX_MOVES times: a move
+# re-reads the whole context. The first look waits for a few draft steps' worth of evidence.
+FIRST_CHECK_TOKENS = 32
 CHECK_EVERY_TOKENS = 16
 MIN_REMAINING_TOKENS = 32
 MAX_MOVES = 2
 # The request's own drafting yield is judged over its last this-many replayed steps.
-RECENT_STEPS = 8
+RECENT_STEPS = 16
 
 BASES_THAT_MAY_MOVE = frozenset({"learned", "explore", "load", "acceptance"})
 
@@ -60,6 +62,8 @@ class MoveContext:
     remaining_tokens: int
     context_tokens: int
     drafting_now: float | None
+    # How many replayed steps `drafting_now` covers.
+    drafting_steps: int = 0
 
 
 # Asked at each checkpoint: where the rest should go, or None to stay.
@@ -139,7 +143,7 @@ class Mover:
         output: list[int] = []
         # A speculative segment's own replay: its figures if it is moved away.
         part: ShadowDrafter | None = None
-        next_check = CHECK_EVERY_TOKENS
+        next_check = FIRST_CHECK_TOKENS
         while True:
             proposal: MoveProposal | None = None
             stream = self.engines[segment.route].generate(request)
@@ -208,5 +212,6 @@ class Mover:
             return None
         replay = self.replay
         drafting = replay.recent_tokens_per_step(RECENT_STEPS) if replay is not None else None
-        context = MoveContext(route, int(remaining), prompt_tokens + len(output), drafting)
+        steps = min(RECENT_STEPS, replay.steps) if replay is not None else 0
+        context = MoveContext(route, int(remaining), prompt_tokens + len(output), drafting, steps)
         return self.policy(context)

@@ -243,3 +243,27 @@ def test_a_self_repeating_prompt_counts_as_material_to_copy() -> None:
     assert features.repetition > 0.5
     assert classify(features) is WorkloadClass.REWRITE
     assert classify(extract_features(chant[:150])) is WorkloadClass.OPEN_ENDED
+
+
+def test_a_requests_own_drafting_counts_in_proportion_to_its_evidence() -> None:
+    from app.routing.policy import CLASS_YIELD_WEIGHT_STEPS
+
+    learner = Learner()
+    learner.observe_shadow(WorkloadClass.STRUCTURED, 3.0)  # the class drafts 3 tokens a step
+    routed = router(learner)
+
+    def per_token(drafting_now: float | None, steps: int) -> float:
+        cost = routed.cost(
+            "speculative", WorkloadClass.STRUCTURED, 64, Load(), (), drafting_now, steps
+        )
+        return cost.own_ms
+
+    usual = per_token(None, 0)
+    # A few steps at 1 token each barely move the estimate; many bring it to the request's own.
+    few = per_token(1.0, 2)
+    many = per_token(1.0, 50 * CLASS_YIELD_WEIGHT_STEPS)
+    assert usual < few < 1.2 * usual
+    assert many == pytest.approx(3 * usual, rel=0.05)
+    # Evidence as strong as the class's own halves the way.
+    even = per_token(1.0, CLASS_YIELD_WEIGHT_STEPS)
+    assert even == pytest.approx(usual * 3 / 2, rel=1e-6)

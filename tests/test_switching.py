@@ -13,7 +13,7 @@ from app.engine.types import (
 )
 from app.routing.policy import MoveProposal
 from app.routing.shadow_drafter import NgramConfig
-from app.switching import MoveContext, Mover, not_movable
+from app.switching import FIRST_CHECK_TOKENS, MoveContext, Mover, not_movable
 
 NGRAM = NgramConfig(k=3, min_n=2, max_n=3, max_model_len=1000)
 
@@ -40,7 +40,10 @@ class CountingEngine:
 
 
 def mover(
-    move_after: int | None, policy_route: Route | None = None, first: Route = "plain"
+    move_after: int | None,
+    policy_route: Route | None = None,
+    first: Route = "plain",
+    max_tokens: int = 60,
 ) -> tuple[Mover, dict[str, CountingEngine]]:
     engines = {"plain": CountingEngine("plain"), "speculative": CountingEngine("speculative")}
     moves: list[tuple[Route, Route]] = []
@@ -50,10 +53,11 @@ def mover(
             return None
         return MoveProposal(policy_route, "load", "test")
 
-    request = GenerationRequest("r", [1, 2, 3], SamplingOptions(max_tokens=60, temperature=0))
+    options = SamplingOptions(max_tokens=max_tokens, temperature=0)
+    request = GenerationRequest("r", [1, 2, 3], options)
     made = Mover(
         engines, request, first, "start", NGRAM, policy, lambda a, b, _: moves.append((a, b)),
-        expected_tokens=60, move_after=move_after,
+        expected_tokens=max_tokens, move_after=move_after,
     )  # fmt: skip
     return made, engines  # type: ignore[return-value]
 
@@ -85,10 +89,18 @@ async def test_a_speculative_segment_moved_away_reports_its_replayed_drafting() 
 
 
 async def test_the_policy_moves_at_checkpoints_only() -> None:
-    made, _ = mover(move_after=None, policy_route="speculative")
+    made, _ = mover(move_after=None, policy_route="speculative", max_tokens=80)
     tokens = [t async for step in made.steps() for d in step.choices for t in d.token_ids]
-    assert tokens == list(range(4, 64))
-    assert [s.tokens for s in made.segments] == [16, 44]
+    assert tokens == list(range(4, 84))
+    # The first look waits for FIRST_CHECK_TOKENS of evidence.
+    assert [s.tokens for s in made.segments] == [FIRST_CHECK_TOKENS, 80 - FIRST_CHECK_TOKENS]
+
+
+async def test_no_move_leaves_too_little_to_gain() -> None:
+    # At the first look, 60 - 32 tokens remain: fewer than MIN_REMAINING_TOKENS.
+    made, _ = mover(move_after=None, policy_route="speculative", max_tokens=60)
+    _ = [step async for step in made.steps()]
+    assert [s.tokens for s in made.segments] == [60]
 
 
 def test_what_cannot_move() -> None:

@@ -40,6 +40,10 @@ Basis = Literal[
 MOVE_MARGIN = 1.25
 # Acceptance must have been seen this often before it can veto speculation.
 MIN_ACCEPTANCE_SAMPLES = 3
+# A request's own drafting yield counts as this many steps of its class's typical yield:
+# answers often start fresh and copy later (bench/results/load_phases: moves judged on 8
+# steps at 1.0 tokens per step sent structured answers plain that went on to draft well).
+CLASS_YIELD_WEIGHT_STEPS = 16
 
 
 @dataclass(frozen=True)
@@ -195,18 +199,26 @@ class Router:
         load: Load,
         running: tuple[RunningWork, ...],
         drafting_now: float | None = None,
+        drafting_steps: int = 0,
     ) -> RouteCost:
         """What sending a new request of `workload` to `route` is expected to cost.
 
-        `drafting_now` is the request's own tokens per speculative step, where its shadow
-        drafter has seen some output: it replaces the class's typical yield.
+        `drafting_now` is the request's own tokens per speculative step over its last
+        `drafting_steps` replayed steps: it moves the class's typical yield toward its own,
+        in proportion to the evidence.
         """
         learner = self.learner
         tokens = learner.expected_output_tokens(workload, max_tokens)
         per_token = learner.ms_per_token(workload, route, load)
         typical = learner.classes[workload].tokens_per_step
         if route == "speculative" and drafting_now is not None and typical.samples:
-            per_token *= learner.tokens_per_step(workload, route) / max(1.0, drafting_now)
+            usual = learner.tokens_per_step(workload, route)
+            own = max(1.0, drafting_now)
+            steps = max(0, drafting_steps)
+            expected = (CLASS_YIELD_WEIGHT_STEPS * usual + steps * own) / (
+                CLASS_YIELD_WEIGHT_STEPS + steps
+            )
+            per_token *= usual / expected
         own = tokens * per_token
         # Each running sequence's tokens come slower while the new one shares the device.
         added = sum(
@@ -237,6 +249,7 @@ def propose_move(
     load: Load,
     running: tuple[RunningWork, ...],
     drafting_now: float | None,
+    drafting_steps: int = 0,
 ) -> MoveProposal | None:
     """Move a streaming request when the rest is clearly cheaper on the other route.
 
@@ -244,13 +257,14 @@ def propose_move(
     (its prefill), so that an estimate's noise never makes a request flap.
     """
     other = other_route(current)
-    stay = router.cost(current, workload, remaining_tokens, load, running, drafting_now)
-    go = router.cost(other, workload, remaining_tokens, load, running, drafting_now)
+    drafting = (drafting_now, drafting_steps)
+    stay = router.cost(current, workload, remaining_tokens, load, running, *drafting)
+    go = router.cost(other, workload, remaining_tokens, load, running, *drafting)
     move_ms = context_tokens * (router.learner.prefill_ms_per_token[other].value or 0.0)
     if go.total_ms * MOVE_MARGIN + move_ms >= stay.total_ms:
         return None
-    alone_stay = router.cost(current, workload, remaining_tokens, Load(), (), drafting_now)
-    alone_go = router.cost(other, workload, remaining_tokens, Load(), (), drafting_now)
+    alone_stay = router.cost(current, workload, remaining_tokens, Load(), (), *drafting)
+    alone_go = router.cost(other, workload, remaining_tokens, Load(), (), *drafting)
     alone = alone_go.total_ms * MOVE_MARGIN + move_ms < alone_stay.total_ms
     shown = "unknown" if drafting_now is None else f"{drafting_now:.2f}"
     return MoveProposal(
