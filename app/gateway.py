@@ -12,6 +12,7 @@ from app.engine.base import Engine
 from app.engine.types import GenerationRequest, Prompt, Route, SamplingOptions, other_route
 from app.errors import (
     EngineUnavailableError,
+    InvalidRequestError,
     ModelNotFoundError,
     QueueTimeoutError,
     SpecgateError,
@@ -24,11 +25,12 @@ from app.routing.features import RequestFeatures
 from app.routing.learner import Observation
 from app.routing.load_model import Load
 from app.routing.policy import (
+    HEADER,
     MoveProposal,
     RouteDecision,
     Router,
     RunningWork,
-    parse_preference,
+    parse_header,
     propose_move,
 )
 from app.routing.shadow_drafter import NgramConfig
@@ -53,6 +55,8 @@ class Gateway:
     shadow: NgramConfig | None = None
     # Let auto-routed requests move between engines mid-stream.
     mid_stream: bool = False
+    # The speculative engine's K: the longest draft length a client may ask for.
+    max_draft_length: int | None = None
     in_flight: InFlight = field(default_factory=InFlight)
     # Runs streaming now, with the output they are expected to produce in all.
     _running: dict[Run, float] = field(default_factory=dict)
@@ -70,19 +74,41 @@ class Gateway:
         features: RequestFeatures,
         options: SamplingOptions | None = None,
     ) -> RouteDecision:
-        preference = parse_preference(route_header)
+        choice = parse_header(route_header)
+        self._check_draft_length(choice.draft_length)
         # Both embedded engines share one device, so every sequence in flight on either is
         # load on both: the router weighs a new request against what is running.
         decision = self.router.decide(
-            preference,
+            choice.preference,
             features,
             self.in_flight.now(),
             not_speculable(options),
             self._running_work(),
         )
         decision = self._around_dead_engine(decision)
+        if decision.route == "speculative" and choice.draft_length is not None:
+            decision = replace(decision, draft_length=choice.draft_length)
         self.metrics.record_decision(decision)
         return decision
+
+    def _check_draft_length(self, length: int | None) -> None:
+        if length is None:
+            return
+        engine = self.engines.get("speculative")
+        if engine is None or not getattr(engine, "per_request_draft_length", False):
+            raise InvalidRequestError(
+                f"{HEADER}: a draft length (k=N) needs an embedded speculative engine; "
+                "this server's speculative route cannot take one",
+                param=HEADER,
+                code="unsupported_draft_length",
+            )
+        if self.max_draft_length is not None and length > self.max_draft_length:
+            raise InvalidRequestError(
+                f"{HEADER}: k={length} is more than the engine drafts "
+                f"(num_speculative_tokens {self.max_draft_length})",
+                param=HEADER,
+                code="invalid_header",
+            )
 
     def _around_dead_engine(self, decision: RouteDecision) -> RouteDecision:
         """Fallback policy: a request the client did not pin goes to the surviving engine."""
@@ -121,7 +147,12 @@ class Gateway:
             self.metrics.rejected.labels(engine=decision.route, reason=reason).inc()
             raise
         requests = [
-            GenerationRequest(request_id if len(prompts) == 1 else f"{request_id}-{i}", p, options)
+            GenerationRequest(
+                request_id if len(prompts) == 1 else f"{request_id}-{i}",
+                p,
+                options,
+                decision.draft_length,
+            )
             for i, p in enumerate(prompts)
         ]
         if self.log_requests:

@@ -58,7 +58,15 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         log_requests=settings.log_requests,
         shadow=shadow_config(settings, engines),
         mid_stream=settings.routing_mid_stream == "on",
+        max_draft_length=max_draft_length(settings),
     )
+
+
+def max_draft_length(settings: Settings) -> int | None:
+    """The speculative engine's K, when it is embedded (a remote pool's K is its own)."""
+    if settings.upstreams("speculative"):
+        return None
+    return int(settings.engine_speculative_config()["num_speculative_tokens"])
 
 
 def shadow_config(settings: Settings, engines: Mapping[Route, Engine]) -> NgramConfig | None:

@@ -106,8 +106,15 @@ class Settings(BaseSettings):
     kv_cache_memory_bytes: int | None = Field(
         None,
         gt=0,
-        description="KV-cache bytes per engine. Default on CPUs: 512 MiB each (sizing by memory "
+        description="KV-cache bytes per route's engine (with --engine-layout one, the shared "
+        "engine gets both routes' bytes). Default on CPUs: 512 MiB each (sizing by memory "
         "fraction is unreliable with two engines there); on GPUs: from the memory fraction.",
+    )
+    engine_layout: Literal["two", "one"] = Field(
+        "two",
+        description="Embedded engines: 'two' runs a speculative and a plain engine; 'one' runs "
+        "a single speculative engine that serves both routes, each request with its own draft "
+        "length (0 on the plain route). Remote pools keep both routes either way.",
     )
     engine_cpus: Literal["split", "shared"] = Field(
         "split",

@@ -193,6 +193,7 @@ class Mover:
                 f"{self.request.request_id}-m{len(self.segments) - 1}",
                 [*prompt_ids, *output],
                 replace(options, max_tokens=left),
+                self.request.draft_length,
             )
 
     def _ask(self, route: Route, prompt_tokens: int, output: list[int]) -> MoveProposal | None:

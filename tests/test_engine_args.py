@@ -45,3 +45,34 @@ def test_by_default_each_engine_is_one_worker_and_vllm_picks_the_backend() -> No
     args = engine_args(Settings(), "/models/small", "plain")
     assert (args.tensor_parallel_size, args.pipeline_parallel_size) == (1, 1)
     assert args.distributed_executor_backend is None
+
+
+def test_speculative_engines_take_a_draft_length_per_request() -> None:
+    speculative = engine_args(Settings(), "/models/small", "speculative")
+    plain = engine_args(Settings(), "/models/small", "plain")
+    assert speculative.scheduler_cls == "app.engine.draft_length.DraftLengthScheduler"
+    assert speculative.worker_extension_cls == "app.engine.draft_worker.DraftWorkerExtension"
+    assert plain.worker_extension_cls == ""
+    assert plain.scheduler_cls != speculative.scheduler_cls
+
+
+def test_a_shared_engine_gets_both_routes_memory() -> None:
+    settings = Settings(kv_cache_memory_bytes=2**28, gpu_memory_utilization=0.9)
+    own = engine_args(settings, "/models/small", "speculative")
+    shared = engine_args(settings, "/models/small", "speculative", shared=True)
+    assert (own.kv_cache_memory_bytes, shared.kv_cache_memory_bytes) == (2**28, 2**29)
+    assert own.gpu_memory_utilization == settings.engine_memory_fraction(True)
+    assert shared.gpu_memory_utilization == 0.9
+
+
+@pytest.mark.parametrize(
+    ("extra_args", "limit"),
+    [(None, 5), ({}, 5), ({"specgate_draft_length": 0}, 0), ({"specgate_draft_length": 3}, 3),
+     ({"specgate_draft_length": 9}, 5), ({"other": 1}, 5)],
+)  # fmt: skip
+def test_a_request_drafts_at_most_its_own_length(
+    extra_args: dict[str, int] | None, limit: int
+) -> None:
+    from app.engine.draft_length import draft_limit
+
+    assert draft_limit(extra_args, 5) == limit

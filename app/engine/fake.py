@@ -31,9 +31,17 @@ FAIL_MIDSTREAM = "<fail-midstream>"
 
 class FakeEngine:
     def __init__(
-        self, route: Route, max_model_len: int = 256, seconds_per_token: float = 0.0
+        self,
+        route: Route,
+        max_model_len: int = 256,
+        seconds_per_token: float = 0.0,
+        per_request_draft_length: bool = False,
     ) -> None:
         self.route: Route = route
+        # As an embedded speculative engine: it takes GenerationRequest.draft_length.
+        self.per_request_draft_length = per_request_draft_length
+        # Every request it was given, in order.
+        self.requests: list[GenerationRequest] = []
         self.max_model_len = max_model_len
         self.seconds_per_token = seconds_per_token
         self.active: set[str] = set()
@@ -43,6 +51,7 @@ class FakeEngine:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
         if not self.alive:
             raise EngineUnavailableError(f"the {self.route} engine has stopped")
+        self.requests.append(request)
         words = _prompt_words(request.prompt)
         options = request.options
         limit = options.max_tokens or self.max_model_len - len(words)

@@ -15,6 +15,7 @@ from app.embedded_model import prepare_embedded_model
 from app.engine.base import Engine
 from app.engine.cpu_cores import bound_to, core_plan
 from app.engine.remote import RemoteEngine
+from app.engine.route_view import route_views
 from app.engine.types import Route
 from app.settings import Settings
 
@@ -51,6 +52,8 @@ async def start_vllm_engines(
     from app.engine.vllm_engine import VllmEngine, on_cpu
 
     model_path = await resolve_model_path(settings)
+    if settings.engine_layout == "one" and len(routes) == len(ROUTES):
+        return await _start_shared_engine(settings, stack, model_path)
     engines: dict[Route, Engine] = {}
     cores = core_plan(settings.engine_cpus, routes) if on_cpu() else {}
     started = time.monotonic()
@@ -63,3 +66,17 @@ async def start_vllm_engines(
         engines[route] = engine
     logger.info("engines ready in %.1f s", time.monotonic() - started)
     return engines
+
+
+async def _start_shared_engine(
+    settings: Settings, stack: AsyncExitStack, model_path: str
+) -> dict[Route, Engine]:
+    """One speculative engine serving both routes; the plain route's requests draft nothing."""
+    from app.engine.vllm_engine import VllmEngine
+
+    started = time.monotonic()
+    # One engine keeps vLLM's own CPU binding: there is no second engine to give cores to.
+    engine = await asyncio.to_thread(VllmEngine.start, settings, model_path, "speculative", True)
+    stack.push_async_callback(engine.aclose)
+    logger.info("shared engine ready in %.1f s", time.monotonic() - started)
+    return route_views(engine)

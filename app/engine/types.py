@@ -50,6 +50,9 @@ class GenerationRequest:
     request_id: str
     prompt: Prompt
     options: SamplingOptions = field(default_factory=SamplingOptions)
+    # The most draft tokens a speculative engine may verify per step for this request
+    # (0: none); None leaves the engine's own K.
+    draft_length: int | None = None
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 from vllm.v1.metrics.stats import RequestSpecDecodeMetrics
 
+from app.engine.draft_length import DRAFT_LENGTH_KEY, SCHEDULER_QUALNAME
+from app.engine.draft_worker import WORKER_EXTENSION_QUALNAME
 from app.engine.types import (
     ChoiceDelta,
     FinishReason,
@@ -53,8 +55,14 @@ def on_cpu() -> bool:
     return current_platform.is_cpu()
 
 
-def engine_args(settings: Settings, model_path: str, route: Route) -> AsyncEngineArgs:
-    """vLLM engine arguments for one route, with platform defaults applied."""
+def engine_args(
+    settings: Settings, model_path: str, route: Route, shared: bool = False
+) -> AsyncEngineArgs:
+    """vLLM engine arguments for one route, with platform defaults applied.
+
+    `shared`: this speculative engine serves both routes (`--engine-layout one`), so it gets
+    the memory both engines would have had.
+    """
     on_cpu = current_platform.is_cpu()
     speculative = route == "speculative"
     dtype = settings.dtype
@@ -65,11 +73,16 @@ def engine_args(settings: Settings, model_path: str, route: Route) -> AsyncEngin
     kv_cache_bytes = settings.kv_cache_memory_bytes
     if kv_cache_bytes is None and on_cpu:
         kv_cache_bytes = CPU_KV_CACHE_BYTES
+    if kv_cache_bytes is not None and shared:
+        kv_cache_bytes *= 2  # the budget is per route: one engine holds both
     enforce_eager = settings.enforce_eager if settings.enforce_eager is not None else on_cpu
     extra: dict[str, Any] = {}
     if speculative:
         extra["speculative_config"] = settings.engine_speculative_config()
         extra["per_request_spec_decode_metrics"] = "summary"
+        # Each request's own draft length (GenerationRequest.draft_length), 0..K.
+        extra["scheduler_cls"] = SCHEDULER_QUALNAME
+        extra["worker_extension_cls"] = WORKER_EXTENSION_QUALNAME
     return AsyncEngineArgs(
         model=model_path,
         served_model_name=[settings.model_id],
@@ -78,7 +91,11 @@ def engine_args(settings: Settings, model_path: str, route: Route) -> AsyncEngin
         tensor_parallel_size=settings.tensor_parallel_size,
         pipeline_parallel_size=settings.pipeline_parallel_size,
         distributed_executor_backend=settings.distributed_executor_backend,
-        gpu_memory_utilization=settings.engine_memory_fraction(speculative),
+        gpu_memory_utilization=(
+            settings.gpu_memory_utilization
+            if shared
+            else settings.engine_memory_fraction(speculative)
+        ),
         kv_cache_memory_bytes=kv_cache_bytes,
         enforce_eager=enforce_eager,
         # specgate keeps its own Prometheus metrics; vLLM's global registry cannot hold two engines.
@@ -101,12 +118,18 @@ class VllmEngine:
         self._llm: AsyncLLM | None = llm
         self._tokenizer = llm.get_tokenizer()
         self.max_model_len: int = llm.model_config.max_model_len
+        # A speculative engine honours each request's draft_length; a plain one drafts none.
+        self.per_request_draft_length: bool = llm.vllm_config.speculative_config is not None
+        # The KV cache's capacity in tokens, as the engine core sized it.
+        self.kv_cache_tokens: int | None = llm.vllm_config.cache_config.kv_cache_size_tokens
 
     @classmethod
-    def start(cls, settings: Settings, model_path: str, route: Route) -> VllmEngine:
+    def start(
+        cls, settings: Settings, model_path: str, route: Route, shared: bool = False
+    ) -> VllmEngine:
         """Build the engine; blocks until its core process is ready (tens of seconds)."""
-        args = engine_args(settings, model_path, route)
-        logger.info("starting the %s engine on %s", route, model_path)
+        args = engine_args(settings, model_path, route, shared)
+        logger.info("starting the %s engine on %s", "shared" if shared else route, model_path)
         return cls(AsyncLLM.from_engine_args(args), route)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
@@ -116,6 +139,8 @@ class VllmEngine:
         self._check_context(len(prompt_ids), options.max_tokens)
         self._check_logit_bias(options.logit_bias)
         params = self._sampling_params(options)
+        if request.draft_length is not None and self.per_request_draft_length:
+            params.extra_args = {DRAFT_LENGTH_KEY: request.draft_length}
         stream = self._running().generate(
             {"prompt_token_ids": prompt_ids}, params, request_id=request.request_id
         )

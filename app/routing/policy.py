@@ -84,17 +84,52 @@ class RouteDecision:
     expected_speedup: float | None = None
     # Sequences in flight when the decision was made.
     load: Load = field(default_factory=Load)
+    # The most draft tokens per step the client allowed (None: the engine's K).
+    draft_length: int | None = None
 
 
-def parse_preference(header_value: str | None) -> Preference:
+@dataclass(frozen=True)
+class ClientChoice:
+    """What the X-Speculative header asks: a route preference, and optionally a draft length."""
+
+    preference: Preference = "auto"
+    draft_length: int | None = None
+
+
+def parse_header(header_value: str | None) -> ClientChoice:
+    """`on`, `off` or `auto`, where `on` and `auto` may add `;k=N` (N >= 1 draft tokens)."""
     value = (header_value or "auto").strip().lower()
-    if value not in ("on", "off", "auto"):
+    head, _, parameter = value.partition(";")
+    head, parameter = head.strip(), parameter.strip()
+    if head not in ("on", "off", "auto"):
         raise InvalidRequestError(
-            f"{HEADER} must be one of on, off, auto; got {header_value!r}",
+            f"{HEADER} must be one of on, off, auto (on and auto may add ;k=N); "
+            f"got {header_value!r}",
             param=HEADER,
             code="invalid_header",
         )
-    return value  # type: ignore[return-value]
+    if not parameter:
+        return ClientChoice(head)  # type: ignore[arg-type]
+    name, _, number = parameter.partition("=")
+    if head == "off" or name.strip() != "k" or not number.strip().isdigit():
+        raise InvalidRequestError(
+            f"{HEADER}: only on and auto take a draft length, as on;k=N with N a whole "
+            f"number of at least 1; got {header_value!r}",
+            param=HEADER,
+            code="invalid_header",
+        )
+    length = int(number)
+    if length < 1:
+        raise InvalidRequestError(
+            f"{HEADER}: k must be at least 1 (send off for no drafting); got {header_value!r}",
+            param=HEADER,
+            code="invalid_header",
+        )
+    return ClientChoice(head, length)  # type: ignore[arg-type]
+
+
+def parse_preference(header_value: str | None) -> Preference:
+    return parse_header(header_value).preference
 
 
 class Router:

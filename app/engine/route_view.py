@@ -1,0 +1,53 @@
+"""One route of an engine that serves both (`--engine-layout one`).
+
+A single speculative engine can serve the plain route too: a request there carries draft
+length 0, so it never drafts. Each route gets a view of the shared engine, with its own
+count of open requests (the router reads load per route); the engine itself is stopped
+once, by whoever started it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
+
+from app.engine.base import Engine
+from app.engine.types import GenerationRequest, GenerationStep, Route
+
+
+class RouteView:
+    def __init__(self, engine: Engine, route: Route) -> None:
+        self.route: Route = route
+        self.engine = engine
+        self._open = 0
+
+    def __getattr__(self, name: str) -> Any:
+        # What the engine tells about itself (max_model_len, kv_cache_tokens, ...).
+        return getattr(self.engine, name)
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
+        if self.route == "plain":
+            request = replace(request, draft_length=0)
+        self._open += 1
+        try:
+            async for step in self.engine.generate(request):
+                yield step
+        finally:
+            self._open -= 1
+
+    def unfinished_requests(self) -> int:
+        return self._open
+
+    def is_alive(self) -> bool:
+        return self.engine.is_alive()
+
+    async def check_health(self) -> None:
+        await self.engine.check_health()
+
+    async def aclose(self) -> None:
+        """The shared engine outlives its views; its starter stops it."""
+
+
+def route_views(engine: Engine) -> dict[Route, Engine]:
+    return {route: RouteView(engine, route) for route in ("speculative", "plain")}
