@@ -1,0 +1,200 @@
+"""Two engines or one (--engine-layout): start-up, memory, KV capacity, speed and exactness.
+
+For each layout, one fresh specgate server runs; a vLLM OpenAI server with the same model
+and ngram settings is started alone for the start-up reference. Per layout:
+
+- start-up: process start to a healthy /health;
+- memory: resident set of the whole process tree, after the measurements;
+- KV capacity: the tokens each engine core logged ("KV cache size: N tokens");
+- speed: decode milliseconds per token (after the first token), `--max-tokens` tokens with
+  `ignore_eos`, medians over `--repeats` after a warm-up: a poem at T=1 and a JSON
+  continuation at T=0, with X-Speculative off (in `one`: draft length 0), on, and on;k=2;
+  then 4 poems at once, off;
+- exactness: greedy answers (T=0, 64 tokens) to two prompts under off, on and on;k=2.
+
+    python -m bench.layouts --out bench/results/layouts.json      # about 8 minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from app.embedded_model import MODEL_NAME
+from bench.mixed_batch import JSON_CONTINUATION, POEM
+from bench.servers import RunningServer, free_port, serve, specgate_spec, vllm_spec
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL_DIR = Path.home() / ".cache" / "specgate" / "models" / MODEL_NAME
+LOG_DIR = REPO / "bench" / "results" / "logs"
+KV_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")
+ROUTES = ("off", "on", "on;k=2")
+GREEDY_PROMPTS = {
+    "json": JSON_CONTINUATION,
+    "prose": "The history of the printing press begins",
+}
+
+
+async def _decode_ms_per_token(
+    client: httpx.AsyncClient, base: str, poem: bool, header: str, tokens: int
+) -> float:
+    """One streamed request's decode time per token, after its first token."""
+    body: dict[str, Any] = {
+        "model": MODEL_NAME,
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "prompt": POEM if poem else JSON_CONTINUATION,
+        "temperature": 1.0 if poem else 0.0,
+    }
+    first: float | None = None
+    count = 0
+    async with client.stream(
+        "POST", f"{base}/v1/completions", json=body, headers={"X-Speculative": header}
+    ) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk["choices"] and chunk["choices"][0]["text"]:
+                count += 1
+                first = first or time.monotonic()
+    if first is None or count < 2:
+        raise RuntimeError(f"too few chunks streamed ({count})")
+    # Chunks carry one or more tokens; the requested count is exact with ignore_eos.
+    return (time.monotonic() - first) * 1000 / (tokens - 1)
+
+
+async def _speeds(base: str, repeats: int, tokens: int) -> dict[str, float]:
+    cases = [(poem, header) for poem in (True, False) for header in ROUTES]
+    samples: dict[str, list[float]] = {}
+    async with httpx.AsyncClient(timeout=600) as client:
+        for poem, header in cases:  # warm-up: every case once
+            await _decode_ms_per_token(client, base, poem, header, 16)
+        for _ in range(repeats):
+            for poem, header in cases:
+                name = f"{'poem' if poem else 'json'} {header}"
+                ms = await _decode_ms_per_token(client, base, poem, header, tokens)
+                samples.setdefault(name, []).append(ms)
+            batch = [_decode_ms_per_token(client, base, True, "off", tokens) for _ in range(4)]
+            samples.setdefault("4 poems off", []).append(
+                statistics.mean(await asyncio.gather(*batch))
+            )
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+async def _greedy(base: str) -> dict[str, str]:
+    texts: dict[str, str] = {}
+    async with httpx.AsyncClient(timeout=600) as client:
+        for name, prompt in GREEDY_PROMPTS.items():
+            for header in ROUTES:
+                body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": 64, "temperature": 0}
+                response = await client.post(
+                    f"{base}/v1/completions", json=body, headers={"X-Speculative": header}
+                )
+                response.raise_for_status()
+                texts[f"{name} {header}"] = response.json()["choices"][0]["text"]
+    return texts
+
+
+def _tree_rss_mib(server: RunningServer) -> float:
+    processes = [psutil.Process(server.process.pid), *server.tracked.values()]
+    total = 0
+    for process in {p.pid: p for p in processes}.values():
+        try:
+            total += process.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return total / 2**20
+
+
+def _kv_tokens(server: RunningServer) -> list[int]:
+    text = server.log_path.read_text(errors="replace")
+    return [int(match.replace(",", "")) for match in KV_LINE.findall(text)]
+
+
+def measure_layout(layout: str, repeats: int, tokens: int) -> dict[str, Any]:
+    spec = specgate_spec(REPO, ["--engine-layout", layout, "--routing-exploration", "0"])
+    spec = type(spec)(f"specgate-{layout}", spec.argv, spec.cwd)
+    with serve(spec, free_port(), LOG_DIR, 600) as server:
+        speeds = asyncio.run(_speeds(server.base_url, repeats, tokens))
+        greedy = asyncio.run(_greedy(server.base_url))
+        return {
+            "startup_s": server.startup_s,
+            "tree_rss_mib": _tree_rss_mib(server),
+            "kv_cache_tokens": _kv_tokens(server),
+            "decode_ms_per_token": speeds,
+            "greedy": greedy,
+        }
+
+
+def vllm_startup_s() -> float:
+    spec = vllm_spec(MODEL_DIR, MODEL_NAME, True, [], REPO)
+    with serve(spec, free_port(), LOG_DIR, 600) as server:
+        return server.startup_s
+
+
+def report(results: dict[str, Any]) -> str:
+    layouts = [name for name in ("two", "one") if name in results]
+    lines = [f"| | {' | '.join(layouts)} |", "|---|" + "--:|" * len(layouts)]
+    reference = results.get("vllm_startup_s")
+    for name in layouts:
+        results[name]["startup_vs_vllm"] = (
+            results[name]["startup_s"] / reference if reference else None
+        )
+    rows = [
+        ("start-up s", lambda r: f"{r['startup_s']:.1f}"),
+        (
+            "start-up / vLLM server",
+            lambda r: f"{r['startup_vs_vllm']:.2f}" if r["startup_vs_vllm"] else "-",
+        ),
+        ("process tree RSS MiB", lambda r: f"{r['tree_rss_mib']:.0f}"),
+        ("KV cache tokens", lambda r: " + ".join(f"{t:,}" for t in r["kv_cache_tokens"])),
+    ]
+    for case in results[layouts[0]]["decode_ms_per_token"]:
+        rows.append((f"{case}, ms/token", lambda r, c=case: f"{r['decode_ms_per_token'][c]:.1f}"))
+    for label, cell in rows:
+        lines.append(f"| {label} | {' | '.join(cell(results[n]) for n in layouts)} |")
+    texts = {f"{n}: {key}": text for n in layouts for key, text in results[n]["greedy"].items()}
+    by_prompt: dict[str, set[str]] = {}
+    for key, text in texts.items():
+        by_prompt.setdefault(key.split(": ")[1].split(" ")[0], set()).add(text)
+    for prompt, variants in by_prompt.items():
+        lines.append(
+            f"\ngreedy {prompt}: {len(variants)} distinct answer(s) over layouts x {ROUTES}"
+        )
+    if reference:
+        lines.insert(0, f"vLLM OpenAI server (ngram, same flags) start-up: {reference:.1f} s\n")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.layouts", description=__doc__)
+    parser.add_argument("--layouts", default="two,one")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--skip-vllm", action="store_true", help="no vLLM start-up reference")
+    parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON")
+    args = parser.parse_args()
+    results: dict[str, Any] = {}
+    if not args.skip_vllm:
+        results["vllm_startup_s"] = vllm_startup_s()
+    for layout in args.layouts.split(","):
+        results[layout] = measure_layout(layout, args.repeats, args.max_tokens)
+    print(report(results), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

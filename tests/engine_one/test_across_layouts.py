@@ -1,0 +1,54 @@
+"""Greedy answers are the same whichever layout serves them: two engines or one."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+
+import pytest
+from openai import OpenAI
+
+from tests.engine.prompts import CODE, JSON_CONTINUATION, MODEL
+from tests.engine.server import ServerProcess
+
+
+@pytest.fixture(scope="module")
+def two_engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
+    """A default (--engine-layout two) server beside the package's one-engine server."""
+    log = tmp_path_factory.mktemp("server_two") / "specgate.log"
+    process = ServerProcess(["--routing-exploration", "0"], log)
+    try:
+        process.wait_ready()
+        yield OpenAI(base_url=f"{process.base_url}/v1", api_key="-", max_retries=0, timeout=300)
+    finally:
+        process.stop(signal.SIGTERM)
+
+
+def answers(client: OpenAI) -> dict[str, str]:
+    texts = {}
+    for header in ("on", "off", "on;k=2"):
+        completion = client.completions.create(
+            model=MODEL,
+            prompt=JSON_CONTINUATION,
+            max_tokens=48,
+            temperature=0,
+            extra_headers={"X-Speculative": header},
+        )
+        texts[f"completion {header}"] = completion.choices[0].text
+        chat = client.chat.completions.create(
+            model=MODEL,
+            messages=CODE,  # type: ignore[arg-type]
+            max_tokens=48,
+            temperature=0,
+            extra_headers={"X-Speculative": header},
+        )
+        texts[f"chat {header}"] = chat.choices[0].message.content or ""
+    return texts
+
+
+def test_both_layouts_give_the_same_greedy_answers(
+    sync_client: OpenAI, two_engines: OpenAI
+) -> None:
+    one, two = answers(sync_client), answers(two_engines)
+    assert one == two
+    assert len({text for key, text in one.items() if key.startswith("chat")}) == 1
