@@ -18,14 +18,18 @@ def get_gateway(request: Request) -> Gateway:
     return gateway
 
 
+# What parse_header accepts (it ignores case and spaces), for the OpenAPI document.
+HEADER_PATTERN = r"^\s*([Oo][Nn]|[Oo][Ff][Ff]|[Aa][Uu][Tt][Oo])\s*(;\s*[Kk]\s*=\s*[0-9]+\s*)?$"
 GatewayDep = Annotated[Gateway, Depends(get_gateway)]
 SpeculativeHeader = Annotated[
     str | None,
     Header(
         alias=HEADER,
         description="Force the engine: 'on' (speculative), 'off' (plain) or 'auto' (default: "
-        "chosen by workload class).",
-        json_schema_extra={"enum": ["on", "off", "auto"]},
+        "chosen by workload class). 'on' and 'auto' may cap the draft tokens per step, as "
+        "'on;k=2' (1 to the engine's K; embedded speculative engines only).",
+        # Documented, not enforced here: parse_header answers a bad value with its own 400.
+        json_schema_extra={"pattern": HEADER_PATTERN, "examples": ["auto", "on", "off", "on;k=2"]},
     ),
 ]
 MoveAfterHeader = Annotated[

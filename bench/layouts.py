@@ -10,7 +10,9 @@ and ngram settings is started alone for the start-up reference. Per layout:
   `ignore_eos`, medians over `--repeats` after a warm-up: a poem at T=1 and a JSON
   continuation at T=0, with X-Speculative off (in `one`: draft length 0), on, and on;k=2;
   then 4 poems at once, off;
-- exactness: greedy answers (T=0, 64 tokens) to two prompts under off, on and on;k=2.
+- exactness: greedy answers (T=0, 64 tokens) to two prompts under off, on and on;k=2;
+- a forced move (X-Specgate-Move-After: 32) from plain to speculative: the longest gap
+  between chunks, which holds the move, against the median gap.
 
     python -m bench.layouts --out bench/results/layouts.json      # about 8 minutes
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import re
 import statistics
@@ -65,8 +68,9 @@ async def _decode_ms_per_token(
         async for line in response.aiter_lines():
             if not line.startswith("data: {"):
                 continue
-            chunk = json.loads(line[6:])
-            if chunk["choices"] and chunk["choices"][0]["text"]:
+            # Count every chunk that carries a choice: with ignore_eos a sampled answer can
+            # run on through special tokens, whose text is empty.
+            if json.loads(line[6:])["choices"]:
                 count += 1
                 first = first or time.monotonic()
     if first is None or count < 2:
@@ -80,7 +84,7 @@ async def _speeds(base: str, repeats: int, tokens: int) -> dict[str, float]:
     samples: dict[str, list[float]] = {}
     async with httpx.AsyncClient(timeout=600) as client:
         for poem, header in cases:  # warm-up: every case once
-            await _decode_ms_per_token(client, base, poem, header, 16)
+            await _decode_ms_per_token(client, base, poem, header, tokens)
         for _ in range(repeats):
             for poem, header in cases:
                 name = f"{'poem' if poem else 'json'} {header}"
@@ -91,6 +95,48 @@ async def _speeds(base: str, repeats: int, tokens: int) -> dict[str, float]:
                 statistics.mean(await asyncio.gather(*batch))
             )
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+async def _move_gap_ms(base: str, repeats: int) -> dict[str, float]:
+    """A forced move after 32 tokens: the longest gap between chunks, against the median one.
+
+    The move ends the request on one route and resubmits prompt plus output on the other:
+    on two engines the other engine must read it all again (its prefix cache may hold the
+    prompt); on one engine the same KV blocks are already cached.
+    """
+    body = {
+        "model": MODEL_NAME,
+        "prompt": JSON_CONTINUATION,
+        "max_tokens": 96,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    headers = {"X-Speculative": "off", "X-Specgate-Move-After": "32"}
+    gaps: list[float] = []
+    medians: list[float] = []
+    async with httpx.AsyncClient(timeout=600) as client:
+        for _ in range(repeats + 1):  # the first is a warm-up
+            arrivals: list[float] = []
+            moved = False
+            async with client.stream(
+                "POST", f"{base}/v1/completions", json=body, headers=headers
+            ) as response:
+                response.raise_for_status()
+                async for line in response.aiter_lines():
+                    if line.startswith("data: {"):
+                        arrivals.append(time.monotonic())
+                        info = json.loads(line[6:]).get("specgate") or {}
+                        moved = moved or len(info.get("segments") or []) > 1
+            if not moved:
+                raise RuntimeError("the forced move did not happen")
+            between = [b - a for a, b in itertools.pairwise(arrivals[1:])]
+            gaps.append(max(between) * 1000)
+            medians.append(statistics.median(between) * 1000)
+    return {
+        "move_gap_ms": statistics.median(gaps[1:]),
+        "median_gap_ms": statistics.median(medians[1:]),
+    }
 
 
 async def _greedy(base: str) -> dict[str, str]:
@@ -129,12 +175,14 @@ def measure_layout(layout: str, repeats: int, tokens: int) -> dict[str, Any]:
     with serve(spec, free_port(), LOG_DIR, 600) as server:
         speeds = asyncio.run(_speeds(server.base_url, repeats, tokens))
         greedy = asyncio.run(_greedy(server.base_url))
+        move = asyncio.run(_move_gap_ms(server.base_url, repeats))
         return {
             "startup_s": server.startup_s,
             "tree_rss_mib": _tree_rss_mib(server),
             "kv_cache_tokens": _kv_tokens(server),
             "decode_ms_per_token": speeds,
             "greedy": greedy,
+            "forced_move": move,
         }
 
 
@@ -161,6 +209,12 @@ def report(results: dict[str, Any]) -> str:
         ("process tree RSS MiB", lambda r: f"{r['tree_rss_mib']:.0f}"),
         ("KV cache tokens", lambda r: " + ".join(f"{t:,}" for t in r["kv_cache_tokens"])),
     ]
+    rows.append(
+        ("forced move: longest chunk gap ms", lambda r: f"{r['forced_move']['move_gap_ms']:.0f}")
+    )
+    rows.append(
+        ("forced move: median chunk gap ms", lambda r: f"{r['forced_move']['median_gap_ms']:.0f}")
+    )
     for case in results[layouts[0]]["decode_ms_per_token"]:
         rows.append((f"{case}, ms/token", lambda r, c=case: f"{r['decode_ms_per_token'][c]:.1f}"))
     for label, cell in rows:

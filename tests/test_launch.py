@@ -66,3 +66,39 @@ async def test_a_route_without_upstreams_keeps_its_embedded_engine(
         assert embedded == [["speculative"]]
         assert isinstance(engines["plain"], RemoteEngine)
         assert isinstance(engines["speculative"], FakeEngine)
+
+
+def _sleep(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
+
+
+async def test_the_next_engine_starts_once_a_core_process_exists() -> None:
+    import asyncio
+    import multiprocessing
+
+    before = launch.engine_core_children()
+
+    def start_core() -> multiprocessing.process.BaseProcess:
+        # A spawned interpreter, as vLLM starts its engine core; the "start" then goes on.
+        process = multiprocessing.get_context("spawn").Process(target=_sleep, args=(5,))
+        process.start()
+        _sleep(3)
+        return process
+
+    task = asyncio.create_task(asyncio.to_thread(start_core))
+    await launch.spawned(task, before)
+    assert not task.done(), "it waited for the whole start, not for the process"
+    assert len(launch.engine_core_children() - before) == 1
+    process = await task
+    process.terminate()
+    process.join()
+
+
+async def test_a_start_that_never_spawns_ends_the_wait() -> None:
+    import asyncio
+
+    task = asyncio.create_task(asyncio.sleep(0.1))
+    await asyncio.wait_for(launch.spawned(task, launch.engine_core_children()), timeout=5)
+    assert task.done()

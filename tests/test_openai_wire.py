@@ -42,6 +42,7 @@ CHANGED: dict[str, Any] = {
     "min_p": 0.1,
     "repetition_penalty": 1.1,
     "logit_bias": {7: 2.0},
+    "ignore_eos": True,
 }
 # Refused on a remote route instead (see test_remote_http.py).
 REFUSED = {"logprobs": 2, "echo": True}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -50,7 +51,11 @@ def test_generation_documents_errors_streams_and_extensions(
     assert "x-specgate-route" in ok["headers"]
     header = next(p for p in operation["parameters"] if p["name"] == "X-Speculative")
     assert header["in"] == "header"
-    assert header["schema"]["enum"] == ["on", "off", "auto"]
+    pattern = re.compile(header["schema"]["pattern"])
+    for value in ("on", "off", "auto", "ON", " auto ", "on;k=2", "auto; k=3"):
+        assert pattern.match(value), value
+    for value in ("sometimes", "on;j=2", "on;k=", ""):
+        assert not pattern.match(value), value
     assert operation["security"] == [{"ApiKeyAuth": []}, {}]
 
 

@@ -36,4 +36,5 @@ def sampling_options(
         logit_bias=body.token_biases(),
         logprobs=logprobs,
         echo=echo,
+        ignore_eos=body.ignore_eos,
     )

@@ -7,9 +7,12 @@ embedded vLLM engine. With both routes remote, vLLM is never imported.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from contextlib import AsyncExitStack
+
+import psutil
 
 from app.embedded_model import prepare_embedded_model
 from app.engine.base import Engine
@@ -22,6 +25,7 @@ from app.settings import Settings
 logger = logging.getLogger("specgate.engine")
 
 ROUTES: tuple[Route, ...] = ("speculative", "plain")
+SPAWN_POLL_SECONDS = 0.05
 
 
 async def resolve_model_path(settings: Settings) -> str:
@@ -55,17 +59,57 @@ async def start_vllm_engines(
     if settings.engine_layout == "one" and len(routes) == len(ROUTES):
         return await _start_shared_engine(settings, stack, model_path)
     engines: dict[Route, Engine] = {}
-    cores = core_plan(settings.engine_cpus, routes) if on_cpu() else {}
     started = time.monotonic()
+    if not on_cpu():
+        # On a GPU each engine sizes its memory from what is free when it starts, so they
+        # start one after the other.
+        for route in routes:
+            engine = await asyncio.to_thread(VllmEngine.start, settings, model_path, route)
+            stack.push_async_callback(engine.aclose)
+            engines[route] = engine
+        logger.info("engines ready in %.1f s", time.monotonic() - started)
+        return engines
+    # On a CPU the engines start together: their slow parts (imports in the spawned
+    # processes, weights, warm-up) overlap. Each engine core takes its core binding from the
+    # environment it is spawned with, so the next engine starts once that process exists.
+    cores = core_plan(settings.engine_cpus, routes)
+    starting: dict[Route, asyncio.Task[VllmEngine]] = {}
     for route in routes:
         if route in cores:
             logger.info("the %s engine computes on CPU cores %s", route, cores[route])
         with bound_to(cores.get(route)):
-            engine = await asyncio.to_thread(VllmEngine.start, settings, model_path, route)
-        stack.push_async_callback(engine.aclose)
-        engines[route] = engine
+            before = engine_core_children()
+            starting[route] = asyncio.create_task(
+                asyncio.to_thread(VllmEngine.start, settings, model_path, route)
+            )
+            await spawned(starting[route], before)
+    outcomes = await asyncio.gather(*starting.values(), return_exceptions=True)
+    for route, outcome in zip(starting, outcomes, strict=True):
+        if isinstance(outcome, VllmEngine):
+            stack.push_async_callback(outcome.aclose)
+            engines[route] = outcome
+    failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+    if failure is not None:
+        raise failure  # the stack stops the engines that did start
     logger.info("engines ready in %.1f s", time.monotonic() - started)
     return engines
+
+
+def engine_core_children() -> set[int]:
+    """Our child processes that are spawned Python interpreters (vLLM's engine cores)."""
+    found = set()
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            command = " ".join(child.cmdline())  # vLLM retitles its core "VLLM::EngineCore"
+            if "spawn_main" in command or "EngineCore" in command:
+                found.add(child.pid)
+    return found
+
+
+async def spawned(task: asyncio.Task[object], before: set[int]) -> None:
+    """Wait until an engine core process beyond `before` exists, or the start has ended."""
+    while not task.done() and not engine_core_children() - before:
+        await asyncio.sleep(SPAWN_POLL_SECONDS)
 
 
 async def _start_shared_engine(

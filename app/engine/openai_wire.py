@@ -69,6 +69,8 @@ def sampling_fields(options: SamplingOptions) -> dict[str, Any]:
     for name in ("top_k", "min_p", "repetition_penalty"):
         if getattr(options, name) is not None:
             fields[name] = getattr(options, name)
+    if options.ignore_eos:
+        fields["ignore_eos"] = True
     if options.logit_bias:
         fields["logit_bias"] = {str(token): bias for token, bias in options.logit_bias.items()}
     if options.json_schema is not None:

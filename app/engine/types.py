@@ -39,6 +39,8 @@ class SamplingOptions:
     logprobs: int | None = None
     # Return the prompt (and, with logprobs, the prompt's log probabilities) too.
     echo: bool = False
+    # Generate past the end-of-sequence token, up to max_tokens (vLLM's extension).
+    ignore_eos: bool = False
 
 
 # A completion prompt (text or token ids) or a chat conversation.

@@ -358,6 +358,7 @@ class VllmEngine:
                 min_p=options.min_p or 0.0,
                 repetition_penalty=options.repetition_penalty or 1.0,
                 logit_bias=options.logit_bias,
+                ignore_eos=options.ignore_eos,
                 logprobs=options.logprobs,
                 prompt_logprobs=options.logprobs if options.echo else None,
                 structured_outputs=structured,

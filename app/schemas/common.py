@@ -109,6 +109,11 @@ class RequestBase(BaseModel):
     repetition_penalty: float | None = Field(
         None, gt=0, le=2, description="vLLM extension: >1 discourages repeating tokens."
     )
+    ignore_eos: bool = Field(
+        False,
+        description="vLLM extension: go on past the end-of-sequence token, up to max_tokens "
+        "(for benchmarks that need an exact length).",
+    )
     # OpenAI's chat field; on completions a vLLM extension, honoured the same way.
     response_format: ResponseFormat | None = None
 

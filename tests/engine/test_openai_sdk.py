@@ -213,3 +213,19 @@ def test_sdk_parses_every_feature(sync_client: OpenAI) -> None:
     )
     chunks = list(stream)
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
+
+
+def test_ignore_eos_generates_exactly_max_tokens(sync_client: OpenAI) -> None:
+    def ask(**extra: object) -> tuple[int, str]:
+        completion = sync_client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Say hello."}],
+            max_tokens=64,
+            temperature=0,
+            **extra,  # type: ignore[arg-type]
+        )
+        return completion.usage.completion_tokens, completion.choices[0].finish_reason  # type: ignore[union-attr]
+
+    tokens, finish = ask()
+    assert finish == "stop" and tokens < 64  # the model ends its greeting on its own
+    assert ask(extra_body={"ignore_eos": True}) == (64, "length")
