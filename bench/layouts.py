@@ -1,7 +1,9 @@
 """Two engines or one (--engine-layout): start-up, memory, KV capacity, speed and exactness.
 
-For each layout, one fresh specgate server runs; a vLLM OpenAI server with the same model
-and ngram settings is started alone for the start-up reference. Per layout:
+A fresh specgate server per layout, started one after the other and then measured side by
+side (each case on both in turn: this machine drifts by 10 % and more between runs, so
+ratios are taken within one run); a vLLM OpenAI server with the same model and ngram
+settings is started alone first, for the start-up reference. Per layout:
 
 - start-up: process start to a healthy /health;
 - memory: resident set of the whole process tree, after the measurements;
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import re
@@ -79,22 +82,34 @@ async def _decode_ms_per_token(
     return (time.monotonic() - first) * 1000 / (tokens - 1)
 
 
-async def _speeds(base: str, repeats: int, tokens: int) -> dict[str, float]:
+async def _speeds(bases: dict[str, str], repeats: int, tokens: int) -> dict[str, dict[str, float]]:
+    """Each case on every server in turn, the order alternating per repeat, so that the
+    machine's drift (easily 10 % between runs here) falls on both layouts alike."""
     cases = [(poem, header) for poem in (True, False) for header in ROUTES]
-    samples: dict[str, list[float]] = {}
+    samples: dict[str, dict[str, list[float]]] = {layout: {} for layout in bases}
     async with httpx.AsyncClient(timeout=600) as client:
-        for poem, header in cases:  # warm-up: every case once
-            await _decode_ms_per_token(client, base, poem, header, tokens)
-        for _ in range(repeats):
+        for base in bases.values():
+            for poem, header in cases:  # warm-up: every case once
+                await _decode_ms_per_token(client, base, poem, header, tokens)
+        for repeat in range(repeats):
+            order = list(bases) if repeat % 2 == 0 else list(reversed(bases))
             for poem, header in cases:
                 name = f"{'poem' if poem else 'json'} {header}"
-                ms = await _decode_ms_per_token(client, base, poem, header, tokens)
-                samples.setdefault(name, []).append(ms)
-            batch = [_decode_ms_per_token(client, base, True, "off", tokens) for _ in range(4)]
-            samples.setdefault("4 poems off", []).append(
-                statistics.mean(await asyncio.gather(*batch))
-            )
-    return {name: statistics.median(values) for name, values in samples.items()}
+                for layout in order:
+                    ms = await _decode_ms_per_token(client, bases[layout], poem, header, tokens)
+                    samples[layout].setdefault(name, []).append(ms)
+            for layout in order:
+                batch = [
+                    _decode_ms_per_token(client, bases[layout], True, "off", tokens)
+                    for _ in range(4)
+                ]
+                samples[layout].setdefault("4 poems off", []).append(
+                    statistics.mean(await asyncio.gather(*batch))
+                )
+    return {
+        layout: {name: statistics.median(values) for name, values in cases_.items()}
+        for layout, cases_ in samples.items()
+    }
 
 
 async def _move_gap_ms(base: str, repeats: int) -> dict[str, float]:
@@ -169,21 +184,28 @@ def _kv_tokens(server: RunningServer) -> list[int]:
     return [int(match.replace(",", "")) for match in KV_LINE.findall(text)]
 
 
-def measure_layout(layout: str, repeats: int, tokens: int) -> dict[str, Any]:
-    spec = specgate_spec(REPO, ["--engine-layout", layout, "--routing-exploration", "0"])
-    spec = type(spec)(f"specgate-{layout}", spec.argv, spec.cwd)
-    with serve(spec, free_port(), LOG_DIR, 600) as server:
-        speeds = asyncio.run(_speeds(server.base_url, repeats, tokens))
-        greedy = asyncio.run(_greedy(server.base_url))
-        move = asyncio.run(_move_gap_ms(server.base_url, repeats))
-        return {
-            "startup_s": server.startup_s,
-            "tree_rss_mib": _tree_rss_mib(server),
-            "kv_cache_tokens": _kv_tokens(server),
-            "decode_ms_per_token": speeds,
-            "greedy": greedy,
-            "forced_move": move,
-        }
+def measure_layouts(layouts: list[str], repeats: int, tokens: int) -> dict[str, Any]:
+    """Start a server per layout (one after another, so start-up is timed alone), then
+    measure them side by side."""
+    with contextlib.ExitStack() as stack:
+        servers: dict[str, RunningServer] = {}
+        for layout in layouts:
+            spec = specgate_spec(REPO, ["--engine-layout", layout, "--routing-exploration", "0"])
+            spec = type(spec)(f"specgate-{layout}", spec.argv, spec.cwd)
+            servers[layout] = stack.enter_context(serve(spec, free_port(), LOG_DIR, 600))
+        bases = {layout: server.base_url for layout, server in servers.items()}
+        speeds = asyncio.run(_speeds(bases, repeats, tokens))
+        results: dict[str, Any] = {}
+        for layout, server in servers.items():
+            results[layout] = {
+                "startup_s": server.startup_s,
+                "tree_rss_mib": _tree_rss_mib(server),
+                "kv_cache_tokens": _kv_tokens(server),
+                "decode_ms_per_token": speeds[layout],
+                "greedy": asyncio.run(_greedy(server.base_url)),
+                "forced_move": asyncio.run(_move_gap_ms(server.base_url, repeats)),
+            }
+        return results
 
 
 def vllm_startup_s() -> float:
@@ -219,6 +241,10 @@ def report(results: dict[str, Any]) -> str:
         rows.append((f"{case}, ms/token", lambda r, c=case: f"{r['decode_ms_per_token'][c]:.1f}"))
     for label, cell in rows:
         lines.append(f"| {label} | {' | '.join(cell(results[n]) for n in layouts)} |")
+    if len(layouts) == 2:
+        lines.append("\n| case | one / two, ms/token |\n|---|--:|")
+        two, one = (results[n]["decode_ms_per_token"] for n in ("two", "one"))
+        lines += [f"| {case} | {one[case] / two[case]:.3f} |" for case in two]
     texts = {f"{n}: {key}": text for n in layouts for key, text in results[n]["greedy"].items()}
     by_prompt: dict[str, set[str]] = {}
     for key, text in texts.items():
@@ -243,8 +269,7 @@ def main() -> None:
     results: dict[str, Any] = {}
     if not args.skip_vllm:
         results["vllm_startup_s"] = vllm_startup_s()
-    for layout in args.layouts.split(","):
-        results[layout] = measure_layout(layout, args.repeats, args.max_tokens)
+    results.update(measure_layouts(args.layouts.split(","), args.repeats, args.max_tokens))
     print(report(results), flush=True)
     if args.out:
         args.out.write_text(json.dumps(results, indent=1) + "\n")
