@@ -31,7 +31,9 @@ def test_the_header_may_carry_a_draft_length(value: str | None, choice: ClientCh
     assert parse_header(value) == choice
 
 
-@pytest.mark.parametrize("value", ["off;k=2", "on;k=0", "on;k=x", "on;j=3", "on;k=-1", "of;k=1"])
+@pytest.mark.parametrize(
+    "value", ["off;k=2", "on;k=0", "on;k=x", "on;j=3", "on;k=-1", "of;k=1", "on;k=²", "on;k=٣"]
+)
 def test_a_bad_draft_length_is_a_client_error(value: str) -> None:
     with pytest.raises(InvalidRequestError) as caught:
         parse_header(value)

@@ -111,7 +111,9 @@ def parse_header(header_value: str | None) -> ClientChoice:
     if not parameter:
         return ClientChoice(head)  # type: ignore[arg-type]
     name, _, number = parameter.partition("=")
-    if head == "off" or name.strip() != "k" or not number.strip().isdigit():
+    number = number.strip()
+    # ASCII digits only: str.isdigit() also admits "²", which int() then refuses.
+    if head == "off" or name.strip() != "k" or not (number.isascii() and number.isdigit()):
         raise InvalidRequestError(
             f"{HEADER}: only on and auto take a draft length, as on;k=N with N a whole "
             f"number of at least 1; got {header_value!r}",
