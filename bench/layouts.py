@@ -37,10 +37,10 @@ import psutil
 
 from app.embedded_model import MODEL_NAME
 from bench.mixed_batch import JSON_CONTINUATION, POEM
+from bench.run import MODEL_DIR
 from bench.servers import RunningServer, free_port, serve, specgate_spec, vllm_spec
 
 REPO = Path(__file__).resolve().parents[1]
-MODEL_DIR = Path.home() / ".cache" / "specgate" / "models" / MODEL_NAME
 LOG_DIR = REPO / "bench" / "results" / "logs"
 KV_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")
 ROUTES = ("off", "on", "on;k=2")
@@ -190,8 +190,8 @@ def measure_layouts(layouts: list[str], repeats: int, tokens: int) -> dict[str, 
     with contextlib.ExitStack() as stack:
         servers: dict[str, RunningServer] = {}
         for layout in layouts:
-            spec = specgate_spec(REPO, ["--engine-layout", layout, "--routing-exploration", "0"])
-            spec = type(spec)(f"specgate-{layout}", spec.argv, spec.cwd)
+            args = ["--engine-layout", layout, "--routing-exploration", "0"]
+            spec = specgate_spec(REPO, args, f"specgate-{layout}")
             servers[layout] = stack.enter_context(serve(spec, free_port(), LOG_DIR, 600))
         bases = {layout: server.base_url for layout, server in servers.items()}
         speeds = asyncio.run(_speeds(bases, repeats, tokens))

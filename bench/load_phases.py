@@ -289,7 +289,7 @@ def run_all(
         extra = ["--routing-exploration", "0", *group[0].server_args]
         extra += shlex.split(args.specgate_args)
         name = "specgate-" + "+".join(a.name for a in group)
-        spec = replace(specgate_spec(REPO, extra), name=name)
+        spec = specgate_spec(REPO, extra, name)
         info: dict[str, Any] = {"name": name, "argv": spec.argv, "arms": [a.name for a in group]}
         servers.append(info)
         info["load_avg_before"] = [round(x, 2) for x in os.getloadavg()]

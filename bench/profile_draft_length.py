@@ -79,8 +79,8 @@ def shares(raw: Path) -> tuple[collections.Counter[str], collections.Counter[str
 
 
 def profile(layout: str, concurrency: int, seconds: float) -> dict[str, Any]:
-    spec = specgate_spec(REPO, ["--engine-layout", layout, "--routing-exploration", "0"])
-    spec = type(spec)(f"specgate-{layout}", spec.argv, spec.cwd)
+    args = ["--engine-layout", layout, "--routing-exploration", "0"]
+    spec = specgate_spec(REPO, args, f"specgate-{layout}")
     with serve(spec, free_port(), LOG_DIR, 600) as server:
         asyncio.run(keep_busy(server.base_url, concurrency, 10))  # warm-up
         pids = route_processes(server, layout)

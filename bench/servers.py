@@ -58,8 +58,8 @@ class RunningServer:
         return f"http://127.0.0.1:{self.port}"
 
 
-def specgate_spec(repo: Path, extra_args: list[str]) -> ServerSpec:
-    return ServerSpec("specgate", [sys.executable, "-m", "app", *extra_args], repo)
+def specgate_spec(repo: Path, extra_args: list[str], name: str = "specgate") -> ServerSpec:
+    return ServerSpec(name, [sys.executable, "-m", "app", *extra_args], repo)
 
 
 def vllm_spec(

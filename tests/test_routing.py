@@ -12,7 +12,7 @@ from app.routing.classify import WorkloadClass, classify
 from app.routing.features import extract_features
 from app.routing.learner import Average, Learner, Observation
 from app.routing.load_model import Load
-from app.routing.policy import Router, RoutingRules, RunningWork, parse_preference
+from app.routing.policy import Router, RoutingRules, RunningWork, parse_header
 
 PASSAGE = (
     "Our team met on Tuesday to discuss the migration. Alice said the database move "
@@ -191,12 +191,12 @@ def test_averages_trust_early_observations_then_settle() -> None:
 
 @pytest.mark.parametrize("value", [None, "auto", "ON", " off "])
 def test_header_values(value: str | None) -> None:
-    assert parse_preference(value) in ("on", "off", "auto")
+    assert parse_header(value).preference in ("on", "off", "auto")
 
 
 def test_a_bad_header_value_is_a_client_error() -> None:
     with pytest.raises(InvalidRequestError) as caught:
-        parse_preference("sometimes")
+        parse_header("sometimes")
     assert caught.value.param == "X-Speculative"
     assert caught.value.status_code == 400
 

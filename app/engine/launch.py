@@ -60,29 +60,26 @@ async def start_vllm_engines(
         return await _start_shared_engine(settings, stack, model_path)
     engines: dict[Route, Engine] = {}
     started = time.monotonic()
-    if not on_cpu():
-        # On a GPU each engine sizes its memory from what is free when it starts, so they
-        # start one after the other.
-        for route in routes:
-            engine = await asyncio.to_thread(VllmEngine.start, settings, model_path, route)
-            stack.push_async_callback(engine.aclose)
-            engines[route] = engine
-        logger.info("engines ready in %.1f s", time.monotonic() - started)
-        return engines
     # On a CPU the engines start together: their slow parts (imports in the spawned
     # processes, weights, warm-up) overlap. Each engine core takes its core binding from the
     # environment it is spawned with, so the next engine starts once that process exists.
-    cores = core_plan(settings.engine_cpus, routes)
+    # On a GPU each engine sizes its memory from what is free when it starts, so they start
+    # one after the other.
+    together = on_cpu()
+    cores = core_plan(settings.engine_cpus, routes) if together else {}
     starting: dict[Route, asyncio.Task[VllmEngine]] = {}
     for route in routes:
         if route in cores:
             logger.info("the %s engine computes on CPU cores %s", route, cores[route])
         with bound_to(cores.get(route)):
             before = engine_core_children()
-            starting[route] = asyncio.create_task(
+            task = asyncio.create_task(
                 asyncio.to_thread(VllmEngine.start, settings, model_path, route)
             )
-            await spawned(starting[route], before)
+            starting[route] = task
+            await (spawned(task, before) if together else asyncio.wait([task]))
+        if task.done() and task.exception() is not None:
+            break  # no point starting the next one
     outcomes = await asyncio.gather(*starting.values(), return_exceptions=True)
     for route, outcome in zip(starting, outcomes, strict=True):
         if isinstance(outcome, VllmEngine):

@@ -23,7 +23,7 @@ class RouteView:
         self._open = 0
 
     def __getattr__(self, name: str) -> Any:
-        # What the engine tells about itself (max_model_len, kv_cache_tokens, ...).
+        # What the engine tells about itself (max_model_len, exposes_token_ids, ...).
         return getattr(self.engine, name)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:

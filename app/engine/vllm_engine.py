@@ -120,8 +120,6 @@ class VllmEngine:
         self.max_model_len: int = llm.model_config.max_model_len
         # A speculative engine honours each request's draft_length; a plain one drafts none.
         self.per_request_draft_length: bool = llm.vllm_config.speculative_config is not None
-        # The KV cache's capacity in tokens, as the engine core sized it.
-        self.kv_cache_tokens: int | None = llm.vllm_config.cache_config.kv_cache_size_tokens
 
     @classmethod
     def start(

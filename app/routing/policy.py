@@ -130,10 +130,6 @@ def parse_header(header_value: str | None) -> ClientChoice:
     return ClientChoice(head, length)  # type: ignore[arg-type]
 
 
-def parse_preference(header_value: str | None) -> Preference:
-    return parse_header(header_value).preference
-
-
 class Router:
     def __init__(
         self, rules: RoutingRules, learner: Learner, rng: random.Random | None = None

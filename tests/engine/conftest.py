@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +10,7 @@ from openai import AsyncOpenAI, OpenAI
 
 from app.embedded_model import MODEL_NAME
 from app.settings import Settings
-from tests.engine.server import ServerProcess
+from tests.engine.server import ServerProcess, package_server
 
 MAX_RUNNING, MAX_QUEUED = 2, 2
 ADMISSION_ARGS = [
@@ -35,16 +34,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("server") / "specgate.log"
     # No exploration: auto routing must be reproducible here. Small admission limits, so
     # that test_load.py can push far past them.
-    args = ["--routing-exploration", "0", *ADMISSION_ARGS]
-    process = ServerProcess(args, log)
-    process.wait_ready()
-    print(f"\nspecgate ready in {process.startup_seconds:.1f} s (log: {log})")
-    yield process
-    survivors = process.stop(signal.SIGTERM)
-    # uvicorn re-raises the signal after a graceful shutdown: -SIGTERM is a clean exit.
-    assert process.process.returncode in (0, -signal.SIGTERM), process.log_tail()
-    assert "Application shutdown complete" in process.log_tail()
-    assert not survivors, f"engine processes outlived SIGTERM: {survivors}"
+    with package_server(["--routing-exploration", "0", *ADMISSION_ARGS], log) as process:
+        yield process
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from openai import OpenAI
+
 from app.embedded_model import MODEL_NAME
 
 MODEL = MODEL_NAME
@@ -15,3 +19,14 @@ JSON_CONTINUATION = (
     )
     + '  {"id": 9,'
 )
+
+
+def greedy_completion(client: OpenAI, header: str, prompt: str = JSON_CONTINUATION) -> Any:
+    """48 greedy tokens of a completion, with X-Speculative set to `header`."""
+    return client.completions.create(
+        model=MODEL,
+        prompt=prompt,
+        max_tokens=48,
+        temperature=0,
+        extra_headers={"X-Speculative": header},
+    )

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -98,3 +99,18 @@ class ServerProcess:
     def metric(self, name: str, **labels: str) -> float:
         """One sample from /metrics; 0 for a labelled series not yet created."""
         return sample(httpx.get(f"{self.base_url}/metrics", timeout=10).text, name, **labels)
+
+
+@contextlib.contextmanager
+def package_server(args: list[str], log_path: Path) -> Iterator[ServerProcess]:
+    """A specgate server for a test package: ready on entry; on exit stopped by SIGTERM, and
+    it must exit cleanly with no engine process left behind."""
+    process = ServerProcess(args, log_path)
+    process.wait_ready()
+    print(f"\nspecgate {' '.join(args)} ready in {process.startup_seconds:.1f} s (log: {log_path})")
+    yield process
+    survivors = process.stop(signal.SIGTERM)
+    # uvicorn re-raises the signal after a graceful shutdown: -SIGTERM is a clean exit.
+    assert process.process.returncode in (0, -signal.SIGTERM), process.log_tail()
+    assert "Application shutdown complete" in process.log_tail()
+    assert not survivors, f"engine processes outlived SIGTERM: {survivors}"

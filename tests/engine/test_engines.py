@@ -9,7 +9,7 @@ from openai import OpenAI
 
 from app.embedded_model import prepare_embedded_model
 from app.routing.policy import MIN_ACCEPTANCE_SAMPLES
-from tests.engine.prompts import CODE, JSON_CONTINUATION, MODEL
+from tests.engine.prompts import CODE, JSON_CONTINUATION, MODEL, greedy_completion
 from tests.engine.server import ServerProcess
 
 
@@ -130,13 +130,7 @@ def test_the_shadow_drafter_replays_the_engines_drafting(sync_client: OpenAI, he
     # Greedy: the speculative engine's own figures and the shadow replay of the same token
     # ids must agree (the replay cannot see past the output's end, so its last step may
     # count fewer accepted tokens, never more).
-    completion = sync_client.completions.create(
-        model=MODEL,
-        prompt=JSON_CONTINUATION,
-        max_tokens=48,
-        temperature=0,
-        extra_headers={"X-Speculative": "on"},
-    )
+    completion = greedy_completion(sync_client, "on")
     info = completion.model_extra["specgate"]  # type: ignore[index]
     engine, shadow = info["speculative_decoding"], info["shadow_drafting"]
     assert engine["accepted_tokens"] > 0, engine
@@ -144,13 +138,7 @@ def test_the_shadow_drafter_replays_the_engines_drafting(sync_client: OpenAI, he
     assert 0 <= engine["draft_tokens"] - shadow["draft_tokens"] <= 5, (shadow, engine)
     assert 0 <= engine["accepted_tokens"] - shadow["accepted_tokens"] <= 5, (shadow, engine)
     # Either engine gives the same greedy text, and its replay the same figures.
-    again = sync_client.completions.create(
-        model=MODEL,
-        prompt=JSON_CONTINUATION,
-        max_tokens=48,
-        temperature=0,
-        extra_headers={"X-Speculative": header},
-    )
+    again = greedy_completion(sync_client, header)
     assert again.choices[0].text == completion.choices[0].text
     assert again.model_extra["specgate"]["shadow_drafting"] == shadow  # type: ignore[index]
 

@@ -6,13 +6,12 @@ test_shared_suite.py), plus what only this layout has. One server for the packag
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 
 import pytest
 
 from tests.engine.conftest import ADMISSION_ARGS, async_client, model_dir, sync_client
-from tests.engine.server import ServerProcess
+from tests.engine.server import ServerProcess, package_server
 
 __all__ = ["async_client", "model_dir", "sync_client"]
 
@@ -27,10 +26,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("server_one") / "specgate.log"
     args = ["--engine-layout", "one", "--routing-exploration", "0", *ADMISSION_ARGS]
-    process = ServerProcess(args, log)
-    process.wait_ready()
-    print(f"\nspecgate (one engine) ready in {process.startup_seconds:.1f} s (log: {log})")
-    yield process
-    survivors = process.stop(signal.SIGTERM)
-    assert process.process.returncode in (0, -signal.SIGTERM), process.log_tail()
-    assert not survivors, f"engine processes outlived SIGTERM: {survivors}"
+    with package_server(args, log) as process:
+        yield process

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from openai import OpenAI
 
-from tests.engine.prompts import CODE, JSON_CONTINUATION, MODEL
+from tests.engine.prompts import CODE, MODEL, greedy_completion
 from tests.engine.server import ServerProcess
 
 
@@ -27,14 +27,7 @@ def two_engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
 def answers(client: OpenAI) -> dict[str, str]:
     texts = {}
     for header in ("on", "off", "on;k=2"):
-        completion = client.completions.create(
-            model=MODEL,
-            prompt=JSON_CONTINUATION,
-            max_tokens=48,
-            temperature=0,
-            extra_headers={"X-Speculative": header},
-        )
-        texts[f"completion {header}"] = completion.choices[0].text
+        texts[f"completion {header}"] = greedy_completion(client, header).choices[0].text
         chat = client.chat.completions.create(
             model=MODEL,
             messages=CODE,  # type: ignore[arg-type]

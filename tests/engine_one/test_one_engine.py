@@ -6,20 +6,14 @@ import httpx
 import pytest
 from openai import BadRequestError, OpenAI
 
-from tests.engine.prompts import JSON_CONTINUATION, MODEL
+from tests.engine.prompts import JSON_CONTINUATION, MODEL, greedy_completion
 from tests.engine.server import ServerProcess
 
 DRAFTS = "specgate_spec_decode_drafts_total"
 
 
 def greedy(client: OpenAI, header: str, prompt: str = JSON_CONTINUATION) -> tuple[str, dict]:
-    completion = client.completions.create(
-        model=MODEL,
-        prompt=prompt,
-        max_tokens=48,
-        temperature=0,
-        extra_headers={"X-Speculative": header},
-    )
+    completion = greedy_completion(client, header, prompt)
     usage = completion.usage.model_extra or {}  # type: ignore[union-attr]
     return completion.choices[0].text, usage.get("speculative_decoding") or {}
 
