@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllm.v1.sample.logits_processor import BUILTIN_LOGITS_PROCESSORS, LogitsProcessors
+from vllm.v1.worker import gpu_model_runner
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 from app.engine.draft_length import draft_limit
@@ -62,3 +64,25 @@ def _propose_within_limits(
 
 GPUModelRunner._sample = _sample_plainly_without_drafts  # type: ignore[method-assign]
 GPUModelRunner.propose_draft_token_ids = _propose_within_limits  # type: ignore[method-assign]
+
+
+_build_logitsprocs = gpu_model_runner.build_logitsprocs  # type: ignore[attr-defined]
+
+
+def _build_with_builtins(
+    vllm_config: Any,
+    device: Any,
+    is_pin_memory: bool,
+    is_pooling_model: bool,
+    custom_logitsprocs: Any = (),
+) -> LogitsProcessors:
+    if vllm_config.speculative_config is None or is_pooling_model or custom_logitsprocs:
+        return _build_logitsprocs(
+            vllm_config, device, is_pin_memory, is_pooling_model, custom_logitsprocs
+        )
+    return LogitsProcessors(
+        processor(vllm_config, device, is_pin_memory) for processor in BUILTIN_LOGITS_PROCESSORS
+    )
+
+
+gpu_model_runner.build_logitsprocs = _build_with_builtins  # type: ignore[attr-defined]

@@ -136,7 +136,7 @@ class VllmEngine:
         prompt_ids = self._prompt_token_ids(request.prompt)
         self._check_context(len(prompt_ids), options.max_tokens)
         self._check_logit_bias(options.logit_bias)
-        self._check_servable(options)
+        self._check_servable(options, request.draft_length)
         params = self._sampling_params(options)
         if request.draft_length is not None and self.per_request_draft_length:
             params.extra_args = {DRAFT_LENGTH_KEY: request.draft_length}
@@ -231,20 +231,20 @@ class VllmEngine:
         # The template already wrote the special tokens it wants.
         return list(self._tokenizer.encode(str(text), add_special_tokens=False))
 
-    def _check_servable(self, options: SamplingOptions) -> None:
-        # vLLM 0.32 refuses these on any engine that drafts, whatever a request's draft
-        # length; with --engine-layout one the plain route is such an engine.
+    def _check_servable(self, options: SamplingOptions, draft_length: int | None) -> None:
+        # vLLM 0.32 does not apply these at drafted positions, so a speculative engine serves
+        # them only to requests that never draft (draft length 0: the plain route of
+        # --engine-layout one; see draft_length). The gateway routes such requests there.
         greedy = options.temperature == 0
         fields = [
             name
             for name, value in (("logit_bias", options.logit_bias), ("min_p", options.min_p))
             if value and not (name == "min_p" and greedy)
         ]
-        if self.per_request_draft_length and fields:
+        if self.per_request_draft_length and fields and draft_length != 0:
             raise InvalidRequestError(
-                f"{' and '.join(fields)} cannot be served by a speculative vLLM engine, and "
-                "this server's plain route runs on one (--engine-layout one); a server with "
-                "--engine-layout two serves them",
+                f"{' and '.join(fields)} cannot be used while drafting: vLLM does not apply "
+                "them to drafted tokens; send X-Speculative: off or auto",
                 param=fields[0],
                 code="unsupported_with_speculation",
             )

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
-from openai import BadRequestError, OpenAI
+from openai import AsyncOpenAI, BadRequestError, OpenAI
 
 from tests.engine.prompts import JSON_CONTINUATION, MODEL, greedy_completion
 from tests.engine.server import ServerProcess
+from tests.engine.test_conformance import tokenizer
+
+__all__ = ["tokenizer"]
+
+PROSE = "Once upon a time, in a quiet village by the sea,"
 
 DRAFTS = "specgate_spec_decode_drafts_total"
 
@@ -64,12 +71,67 @@ def test_top_k_sampling_on_the_plain_route_keeps_the_engine_up(
     assert httpx.get(f"{server.base_url}/health", timeout=10).status_code == 200
 
 
-def test_logit_bias_is_refused_clearly(sync_client: OpenAI) -> None:
+def test_min_p_reaches_the_sampler_of_a_request_that_never_drafts(sync_client: OpenAI) -> None:
+    # min_p 1 keeps only the most likely token, so sampling at temperature 1 is greedy;
+    # were min_p dropped (vLLM builds no min_p processor for a speculative engine), the
+    # sampled text would wander off the greedy one within a few tokens.
+    greedy_text, _ = greedy(sync_client, "off", PROSE)
+    raw = sync_client.completions.with_raw_response.create(
+        model=MODEL,
+        prompt=PROSE,
+        max_tokens=48,
+        temperature=1.0,
+        seed=7,
+        extra_body={"min_p": 1.0},
+        extra_headers={"X-Speculative": "auto"},
+    )
+    assert raw.headers["x-specgate-route"] == "plain"
+    assert raw.parse().choices[0].text == greedy_text
+
+
+async def test_logit_bias_holds_while_other_requests_draft(
+    async_client: AsyncOpenAI, tokenizer: Any
+) -> None:
+    # A request that never drafts, entering while another drafts: vLLM pads a newcomer with
+    # one token to compute ("Hello" is one) to the drafting shape, which would sample its
+    # first token at a draft row, where the bias does not act (the scheduler drops that
+    # padding). Its later tokens are bonus tokens of steps shared with the drafting request.
+    (token_id,) = tokenizer.encode(" banana")
+    assert len(tokenizer.encode("Hello")) == 1
+    drafting = await async_client.completions.create(
+        model=MODEL,
+        prompt=JSON_CONTINUATION,
+        max_tokens=96,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_headers={"X-Speculative": "on"},
+    )
+    chunks = [await anext(drafting)]  # it is decoding now
+    forced = await async_client.completions.create(
+        model=MODEL,
+        prompt="Hello",
+        max_tokens=24,
+        temperature=0,
+        logit_bias={str(token_id): 100},
+        extra_headers={"X-Speculative": "auto"},
+    )
+    chunks += [chunk async for chunk in drafting]
+    assert forced.choices[0].text == tokenizer.decode([token_id]) * 24
+    usage = chunks[-1].usage
+    spec = (usage.model_extra or {}).get("speculative_decoding") or {}  # type: ignore[union-attr]
+    assert spec.get("drafts", 0) > 0, "the other request drafted beside it"
+
+
+def test_logit_bias_with_drafting_asked_for_is_refused(sync_client: OpenAI) -> None:
     with pytest.raises(BadRequestError) as caught:
         sync_client.completions.create(
-            model=MODEL, prompt="Hello", max_tokens=4, logit_bias={"12": 5}
+            model=MODEL,
+            prompt="Hello",
+            max_tokens=4,
+            logit_bias={"12": 5},
+            extra_headers={"X-Speculative": "on;k=2"},
         )
     error = caught.value.body
     assert error["code"] == "unsupported_with_speculation"  # type: ignore[index]
-    assert error["param"] == "logit_bias"  # type: ignore[index]
-    assert "--engine-layout two" in error["message"]  # type: ignore[index]
+    assert "logit_bias" in error["message"]  # type: ignore[index]

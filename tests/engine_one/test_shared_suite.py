@@ -1,7 +1,8 @@
 """The parts of tests/engine that run again with one engine serving both routes.
 
 Collected here, these tests get this package's server (--engine-layout one). Chosen to cover
-every endpoint and feature through the OpenAI SDK, SSE framing, both routes' greedy text,
+every endpoint and feature through the OpenAI SDK, the sampling fields (min_p and logit_bias
+included, which the plain route serves with draft length 0), SSE framing, both routes' greedy text,
 acceptance figures, the shadow drafter, and mid-stream moves (on one engine, a move is a
 resubmission with another draft length). Left out: admission under load, fuzzing and the
 conformance matrix (CI's time), and the per-engine core split (one engine has no split).
@@ -9,6 +10,11 @@ conformance matrix (CI's time), and the per-engine core split (one engine has no
 
 from __future__ import annotations
 
+from tests.engine.test_conformance import (
+    test_logit_bias_forces_a_token,
+    test_sampling_fields_and_vllm_extensions,
+    tokenizer,
+)
 from tests.engine.test_engines import (
     test_both_engines_return_the_same_greedy_text,
     test_route_headers_follow_x_speculative,
@@ -51,12 +57,14 @@ __all__ = [
     "test_both_engines_return_the_same_greedy_text",
     "test_chat_prompt_tokens_match_the_chat_template",
     "test_errors_reach_the_sdk_as_openai_errors",
+    "test_logit_bias_forces_a_token",
     "test_models",
     "test_n_and_stop",
     "test_prompt_token_ids_are_counted_exactly",
     "test_raw_sse_framing",
     "test_requests_that_cannot_move_stay",
     "test_route_headers_follow_x_speculative",
+    "test_sampling_fields_and_vllm_extensions",
     "test_sdk_parses_every_feature",
     "test_seed_makes_sampling_reproducible",
     "test_structured_output",
@@ -65,4 +73,5 @@ __all__ = [
     "test_sync_completions_stream_equals_non_stream",
     "test_the_shadow_drafter_replays_the_engines_drafting",
     "test_the_speculative_engine_reports_acceptance",
+    "tokenizer",
 ]
