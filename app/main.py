@@ -19,7 +19,6 @@ from app.gateway import Gateway
 from app.metrics import GatewayMetrics
 from app.routing.classify import WorkloadClass
 from app.routing.learner import Learner
-from app.routing.load_model import CPU_PRIORS, CPU_PRIORS_ONE_ENGINE, LoadModel
 from app.routing.policy import Router, RoutingRules
 from app.routing.shadow_drafter import NgramConfig
 from app.settings import Settings
@@ -33,11 +32,7 @@ def build_router(settings: Settings) -> Router:
         max_speculative_load=settings.routing_max_speculative_load,
         min_acceptance=settings.routing_min_acceptance,
     )
-    one_engine = settings.engine_layout == "one" and not any(
-        settings.upstreams(route) for route in ("plain", "speculative")
-    )
-    priors = CPU_PRIORS_ONE_ENGINE if one_engine else CPU_PRIORS
-    return Router(rules, Learner(load_model=LoadModel(priors)))
+    return Router(rules, Learner())
 
 
 def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gateway:

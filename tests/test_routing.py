@@ -8,13 +8,11 @@ import pytest
 
 from app.engine.types import Route, SpecDecodeStats
 from app.errors import InvalidRequestError
-from app.main import build_router
 from app.routing.classify import WorkloadClass, classify
 from app.routing.features import extract_features
 from app.routing.learner import Average, Learner, Observation
 from app.routing.load_model import Load
 from app.routing.policy import Router, RoutingRules, RunningWork, parse_header
-from app.settings import Settings
 
 PASSAGE = (
     "Our team met on Tuesday to discuss the migration. Alice said the database move "
@@ -269,20 +267,3 @@ def test_a_requests_own_drafting_counts_in_proportion_to_its_evidence() -> None:
     # Evidence as strong as the class's own halves the way.
     even = per_token(1.0, CLASS_YIELD_WEIGHT_STEPS)
     assert even == pytest.approx(usual * 3 / 2, rel=1e-6)
-
-
-def test_one_engine_priors_weigh_each_route_on_the_other() -> None:
-    # One engine batches both routes, so speculative work in flight slows a plain request
-    # there far more than on an engine with cores of its own.
-    beside_drafting = Load(plain=0, speculative=4)
-    slowdown = {}
-    for layout in ("two", "one"):
-        model = build_router(Settings(engine_layout=layout)).learner.load_model
-        alone = model.ms_per_token("plain", Load())
-        slowdown[layout] = model.ms_per_token("plain", beside_drafting) / alone
-    assert slowdown["one"] > 2 * slowdown["two"] - 1
-    remote = Settings(engine_layout="one", plain_upstreams=("http://a:8000",))
-    model = build_router(remote).learner.load_model
-    assert model.ms_per_token("plain", beside_drafting) / model.ms_per_token(
-        "plain", Load()
-    ) == pytest.approx(slowdown["two"])

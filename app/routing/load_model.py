@@ -65,16 +65,6 @@ CPU_PRIORS: dict[Route, LinePrior] = {
     "plain": LinePrior(30.0, 4.4, 1.0),
     "speculative": LinePrior(27.0, 1.0, 7.7),
 }
-# One engine serving both routes (--engine-layout one) batches them together, so a sequence
-# on either route lengthens every step by what it adds to the batch: the cross slopes are
-# the own slopes carried over. A speculative sequence adds its verified tokens, about 1.5
-# per step under load (bench/results: ngram yield at concurrency 8), so 7.7 x 1.5 to a
-# plain token; a plain sequence adds one token, spread over the 1.5 a speculative step
-# yields. Length 0 costs 1.13x a plain engine's token alone (bench/results/layouts.json).
-CPU_PRIORS_ONE_ENGINE: dict[Route, LinePrior] = {
-    "plain": LinePrior(34.0, 4.4, 11.5),
-    "speculative": LinePrior(27.0, 2.9, 7.7),
-}
 PRIOR_WEIGHT = 4.0
 # Older observations fade: a weight of FORGETTING per newer one (about 100 remembered).
 FORGETTING = 0.99
