@@ -10,7 +10,7 @@
     │   └── QueueTimeoutError     503, code queue_timeout: waited too long for a slot
     └── EngineFailureError        500 server_error: the engine failed mid-request
 
-Routes raise these; one handler (app.api.handlers) turns them into responses.
+Routes raise these; one handler (app.api.exception_handlers) turns them into responses.
 """
 
 from __future__ import annotations

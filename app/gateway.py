@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from app.admission import Admission
 from app.engine.base import Engine
+from app.engine.capabilities import Refusal
 from app.engine.types import GenerationRequest, Prompt, Route, SamplingOptions, other_route
 from app.errors import (
     EngineUnavailableError,
@@ -18,17 +21,19 @@ from app.errors import (
     SpecgateError,
 )
 from app.fanout import generate_all
-from app.generation import Endpoint, Run
+from app.generation import ID_PREFIXES, Endpoint, Run
 from app.in_flight import InFlight
 from app.metrics import GatewayMetrics
-from app.routing.features import RequestFeatures
+from app.request_spec import RequestSpec
+from app.response_store import ResponseStore
+from app.routing.features import RequestFeatures, extract_features
 from app.routing.learner import Observation
 from app.routing.load_model import Load
 from app.routing.policy import (
     HEADER,
     MoveProposal,
     RouteDecision,
-    Router,
+    RoutePolicy,
     RunningWork,
     parse_header,
     propose_move,
@@ -45,7 +50,7 @@ class Gateway:
     engines: Mapping[Route, Engine]
     admissions: Mapping[Route, Admission]
     metrics: GatewayMetrics
-    router: Router
+    policy: RoutePolicy
     # On shutdown, how long open streams may go on before they are cut.
     shutdown_grace_seconds: float = 0.0
     # Log prompts and outputs (off by default: they are the users' data).
@@ -58,8 +63,27 @@ class Gateway:
     # The speculative engine's K: the longest draft length a client may ask for.
     max_draft_length: int | None = None
     in_flight: InFlight = field(default_factory=InFlight)
+    # Stored responses of /v1/responses (previous_response_id, GET /v1/responses/{id}).
+    responses: ResponseStore = field(default_factory=lambda: ResponseStore(1000))
     # Runs streaming now, with the output they are expected to produce in all.
     _running: dict[Run, float] = field(default_factory=dict)
+
+    async def open(self, spec: RequestSpec) -> Run:
+        """Decide the route, admit and start the request; returns once its first output is in."""
+        self.check_model(spec.model)
+        options = spec.options
+        features = extract_features(
+            spec.routing_text,
+            wants_json=options.json_schema is not None,
+            temperature=options.temperature,
+            top_p=options.top_p,
+            max_tokens=options.max_tokens,
+        )
+        decision = self.decide(spec.route_header, features, options)
+        request_id = f"{ID_PREFIXES[spec.endpoint]}{uuid.uuid4().hex}"
+        return await self.start(
+            decision, request_id, spec.prompts, options, spec.endpoint, spec.move_after, spec.tools
+        )
 
     def check_model(self, model: str) -> None:
         if model != self.model_id:
@@ -76,16 +100,17 @@ class Gateway:
     ) -> RouteDecision:
         choice = parse_header(route_header)
         self._check_draft_length(choice.draft_length)
+        refusals = self._refusals(options)
         # Both embedded engines share one device, so every sequence in flight on either is
         # load on both: the router weighs a new request against what is running.
-        decision = self.router.decide(
+        decision = self.policy.decide(
             choice.preference,
             features,
             self.in_flight.now(),
-            not_speculable(options),
+            refusals,
             self._running_work(),
         )
-        decision = self._around_dead_engine(decision)
+        decision = self._around_dead_engine(decision, refusals)
         if decision.route == "speculative" and choice.draft_length is not None:
             decision = replace(decision, draft_length=choice.draft_length)
         self.metrics.record_decision(decision)
@@ -110,14 +135,26 @@ class Gateway:
                 code="invalid_header",
             )
 
-    def _around_dead_engine(self, decision: RouteDecision) -> RouteDecision:
+    def _refusals(self, options: SamplingOptions | None) -> dict[Route, Refusal]:
+        """Per route, what its engine cannot serve of this request (routes that can: absent)."""
+        if options is None:
+            return {}
+        return {
+            route: refusal
+            for route, engine in self.engines.items()
+            if (refusal := engine.refusal(options)) is not None
+        }
+
+    def _around_dead_engine(
+        self, decision: RouteDecision, refusals: Mapping[Route, Refusal]
+    ) -> RouteDecision:
         """Fallback policy: a request the client did not pin goes to the surviving engine."""
         chosen = self.engines.get(decision.route)
         if decision.basis == "header" or (chosen is not None and chosen.is_alive()):
             return decision
         other = other_route(decision.route)
         survivor = self.engines.get(other)
-        if survivor is None or not survivor.is_alive() or decision.basis == "unsupported":
+        if survivor is None or not survivor.is_alive() or other in refusals:
             return decision  # nothing better; starting it will answer 503
         return replace(
             decision,
@@ -134,6 +171,7 @@ class Gateway:
         options: SamplingOptions,
         endpoint: Endpoint,
         move_after: int | None = None,
+        tools: tuple[dict[str, Any], ...] | None = None,
     ) -> Run:
         """Submit one engine request per prompt; returns once the first output is in."""
         engine = self.engines.get(decision.route)
@@ -144,7 +182,7 @@ class Gateway:
             await admission.enter()
         except SpecgateError as exc:
             reason = "queue_timeout" if isinstance(exc, QueueTimeoutError) else "at_capacity"
-            self.metrics.rejected.labels(engine=decision.route, reason=reason).inc()
+            self.metrics.rejected.labels(route=decision.route, reason=reason).inc()
             raise
         requests = [
             GenerationRequest(
@@ -152,15 +190,16 @@ class Gateway:
                 p,
                 options,
                 decision.draft_length,
+                tools,
             )
             for i, p in enumerate(prompts)
         ]
         if self.log_requests:
             logger.info("request %s to %s: prompts %r", request_id, decision.route, prompts)
-        self.metrics.in_flight.labels(engine=decision.route).inc()
+        self.metrics.in_flight.labels(route=decision.route).inc()
         sequences = len(prompts) * options.n
         mark = self.in_flight.add(decision.route, sequences)
-        expected = self.router.learner.expected_output_tokens(
+        expected = self.policy.learner.expected_output_tokens(
             decision.workload_class, options.max_tokens
         )
         mover = self._mover(decision, requests, expected, move_after)
@@ -202,7 +241,7 @@ class Gateway:
             load = self.in_flight.now().plus(context.route, -1)
             running = self._running_work(exclude=mover)
             return propose_move(
-                self.router,
+                self.policy,
                 context.route,
                 workload,
                 context.remaining_tokens,
@@ -216,8 +255,8 @@ class Gateway:
         def moved(source: Route, target: Route, proposal: MoveProposal) -> None:
             self.in_flight.remove(source, 1)
             self.in_flight.add(target, 1)
-            self.metrics.in_flight.labels(engine=source).dec()
-            self.metrics.in_flight.labels(engine=target).inc()
+            self.metrics.in_flight.labels(route=source).dec()
+            self.metrics.in_flight.labels(route=target).inc()
             self.metrics.switches.labels(
                 direction=f"{source}_to_{target}", cause=proposal.cause
             ).inc()
@@ -250,7 +289,7 @@ class Gateway:
         if run.outcome != "ok":
             return
         # Only finished requests teach the router: an abort says nothing about speed.
-        learner = self.router.learner
+        learner = self.policy.learner
         if not run.moved:
             # A moved run's figures mix two routes and a re-read context: no clean sample.
             others = Load(max(0.0, others.plain), max(0.0, others.speculative))
@@ -294,13 +333,3 @@ def observe(run: Run, others: Load) -> Observation | None:
         tokens_per_step=later_tokens / steps,
         output_tokens=run.completion_tokens,
     )
-
-
-def not_speculable(options: SamplingOptions | None) -> str | None:
-    """The sampling fields vLLM refuses on a speculative engine (vLLM 0.32), if any are set."""
-    if options is None:
-        return None
-    # top_k is accepted there, but sampling with it alone kills the engine core on a CPU
-    # (an empty tensor in the rejection sampler's top-k step; found by tests/engine fuzzing).
-    fields = [name for name in ("min_p", "logit_bias", "top_k") if getattr(options, name)]
-    return " and ".join(fields) or None

@@ -23,7 +23,13 @@ from app.switching import Mover
 
 logger = logging.getLogger("specgate.generation")
 
-Endpoint = Literal["chat", "completions"]
+Endpoint = Literal["chat", "completions", "responses"]
+# The id prefix OpenAI gives each endpoint's objects.
+ID_PREFIXES: dict[Endpoint, str] = {
+    "chat": "chatcmpl-",
+    "completions": "cmpl-",
+    "responses": "resp_",
+}
 Outcome = Literal["ok", "aborted", "error"]
 
 
@@ -43,6 +49,8 @@ class Run:
     endpoint: Endpoint
     on_finish: Callable[[Run], None]
     request_id: str = ""
+    # When the request was made, in Unix seconds: the response's `created`.
+    created: int = field(default_factory=lambda: int(time.time()))
     prompt_tokens: int = 0
     choices: dict[int, ChoiceResult] = field(default_factory=dict)
     spec: SpecDecodeStats | None = None

@@ -8,23 +8,24 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import FastAPI
 
 from app.admission import Admission
-from app.api import chat, completions, models, monitoring, routing
+from app.api import chat, completions, models, monitoring, responses, routing_state
 from app.api.api_keys import ApiKeyGuard
 from app.api.body_guard import BodyGuard
-from app.api.handlers import install_error_handlers
+from app.api.exception_handlers import install_error_handlers
 from app.api.openapi_docs import install_openapi
 from app.engine.base import Engine
 from app.engine.types import Route
 from app.gateway import Gateway
 from app.metrics import GatewayMetrics
+from app.response_store import ResponseStore
 from app.routing.classify import WorkloadClass
 from app.routing.learner import Learner
-from app.routing.policy import Router, RoutingRules
+from app.routing.policy import RoutePolicy, RoutingRules
 from app.routing.shadow_drafter import NgramConfig
 from app.settings import Settings
 
 
-def build_router(settings: Settings) -> Router:
+def build_route_policy(settings: Settings) -> RoutePolicy:
     rules = RoutingRules(
         pins={WorkloadClass(name): route for name, route in settings.routing_pins.items()},
         exploration=settings.routing_exploration,
@@ -32,7 +33,7 @@ def build_router(settings: Settings) -> Router:
         max_speculative_load=settings.routing_max_speculative_load,
         min_acceptance=settings.routing_min_acceptance,
     )
-    return Router(rules, Learner())
+    return RoutePolicy(rules, Learner())
 
 
 def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gateway:
@@ -53,12 +54,13 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         engines,
         admissions,
         metrics,
-        build_router(settings),
+        build_route_policy(settings),
         shutdown_grace_seconds=settings.shutdown_grace_seconds,
         log_requests=settings.log_requests,
         shadow=shadow_config(settings, engines),
         mid_stream=settings.routing_mid_stream == "on",
         max_draft_length=max_draft_length(settings),
+        responses=ResponseStore(settings.responses_store_size),
     )
 
 
@@ -121,6 +123,6 @@ def create_app(settings: Settings, engines: Mapping[Route, Engine] | None = None
     app.add_middleware(
         ApiKeyGuard, keys=settings.api_keys(), protect_metrics=settings.metrics_need_key
     )
-    for module in (chat, completions, models, monitoring, routing):
+    for module in (chat, completions, responses, models, monitoring, routing_state):
         app.include_router(module.router)
     return app

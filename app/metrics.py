@@ -1,4 +1,4 @@
-"""Prometheus metrics, labelled by engine (route). Each app gets its own registry."""
+"""Prometheus metrics, labelled by route (speculative or plain). Each app gets its own registry."""
 
 from __future__ import annotations
 
@@ -25,36 +25,36 @@ class GatewayMetrics:
         r = self.registry
         self.requests = Counter(
             "specgate_requests",
-            "Requests answered, by engine, workload class, endpoint and outcome.",
-            ["engine", "workload_class", "endpoint", "outcome"],
+            "Requests answered, by route, workload class, endpoint and outcome.",
+            ["route", "workload_class", "endpoint", "outcome"],
             registry=r,
         )
         self.latency = Histogram(
             "specgate_request_duration_seconds",
-            "Time from routing to the last token, by engine.",
-            ["engine", "endpoint"],
+            "Time from routing to the last token, by route.",
+            ["route", "endpoint"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
         self.time_to_first_token = Histogram(
             "specgate_time_to_first_token_seconds",
-            "Time from routing to the first generated token, by engine.",
-            ["engine", "endpoint"],
+            "Time from routing to the first generated token, by route.",
+            ["route", "endpoint"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
         self.inter_token_latency = Histogram(
             "specgate_inter_token_latency_seconds",
-            "Mean time per generated token after the first, per request, by engine.",
-            ["engine"],
+            "Mean time per generated token after the first, per request, by route.",
+            ["route"],
             buckets=_TOKEN_LATENCY_BUCKETS,
             registry=r,
         )
         self.decisions = Counter(
             "specgate_routing_decisions",
-            "Routing decisions by workload class, chosen engine and basis (header, unsupported, "
+            "Routing decisions by workload class, chosen route and basis (header, unsupported, "
             "pinned, temperature, load, acceptance, learned, explore, fallback).",
-            ["workload_class", "engine", "basis"],
+            ["workload_class", "route", "basis"],
             registry=r,
         )
         self.switches = Counter(
@@ -79,94 +79,94 @@ class GatewayMetrics:
             registry=r,
         )
         self.prompt_tokens = Counter(
-            "specgate_prompt_tokens", "Prompt tokens processed.", ["engine"], registry=r
+            "specgate_prompt_tokens", "Prompt tokens processed.", ["route"], registry=r
         )
         self.completion_tokens = Counter(
-            "specgate_completion_tokens", "Tokens generated.", ["engine"], registry=r
+            "specgate_completion_tokens", "Tokens generated.", ["route"], registry=r
         )
         self.in_flight = Gauge(
-            "specgate_requests_in_flight", "Requests being served.", ["engine"], registry=r
+            "specgate_requests_in_flight", "Requests being served.", ["route"], registry=r
         )
         self.engine_unfinished = Gauge(
             "specgate_engine_unfinished_requests",
             "Requests the engine itself still holds; 0 when idle, so aborts are visible.",
-            ["engine"],
+            ["route"],
             registry=r,
         )
         self.spec_drafts = Counter(
             "specgate_spec_decode_drafts",
             "Speculative verification steps that checked a draft.",
-            ["engine"],
+            ["route"],
             registry=r,
         )
         self.queued = Gauge(
             "specgate_queued_requests",
             "Requests waiting in specgate's queue for a slot on the engine.",
-            ["engine"],
+            ["route"],
             registry=r,
         )
         self.rejected = Counter(
             "specgate_rejected_requests",
             "Requests refused by admission control: at_capacity (429) or queue_timeout (503).",
-            ["engine", "reason"],
+            ["route", "reason"],
             registry=r,
         )
         self.spec_draft_tokens = Counter(
-            "specgate_spec_decode_draft_tokens", "Draft tokens proposed.", ["engine"], registry=r
+            "specgate_spec_decode_draft_tokens", "Draft tokens proposed.", ["route"], registry=r
         )
         self.spec_accepted_tokens = Counter(
             "specgate_spec_decode_accepted_tokens",
             "Draft tokens accepted by the target model.",
-            ["engine"],
+            ["route"],
             registry=r,
         )
 
     def watch_queue(self, route: Route, waiting: Callable[[], int]) -> None:
-        self.queued.labels(engine=route).set_function(waiting)
+        self.queued.labels(route=route).set_function(waiting)
         for reason in ("at_capacity", "queue_timeout"):
-            self.rejected.labels(engine=route, reason=reason)
+            self.rejected.labels(route=route, reason=reason)
 
     def watch_engine(self, route: Route, unfinished: Callable[[], int]) -> None:
-        self.engine_unfinished.labels(engine=route).set_function(unfinished)
+        self.engine_unfinished.labels(route=route).set_function(unfinished)
         if route == "speculative":
             # Expose the counters at 0 from the start, so dashboards see the series.
             for counter in (self.spec_drafts, self.spec_draft_tokens, self.spec_accepted_tokens):
-                counter.labels(engine=route)
+                counter.labels(route=route)
 
     def record_decision(self, decision: RouteDecision) -> None:
         self.decisions.labels(
             workload_class=decision.workload_class.value,
-            engine=decision.route,
+            route=decision.route,
             basis=decision.basis,
         ).inc()
 
     def record_run(self, run: Run) -> None:
         route, workload = run.decision.route, run.decision.workload_class.value
-        self.in_flight.labels(engine=run.route).dec()
+        self.in_flight.labels(route=run.route).dec()
         self.requests.labels(
-            engine=route, workload_class=workload, endpoint=run.endpoint, outcome=run.outcome
+            route=route, workload_class=workload, endpoint=run.endpoint, outcome=run.outcome
         ).inc()
         if run.outcome == "error" or run.finished_at is None:
             return
-        self.latency.labels(engine=route, endpoint=run.endpoint).observe(
+        self.latency.labels(route=route, endpoint=run.endpoint).observe(
             run.finished_at - run.started_at
         )
         if run.time_to_first_token is not None:
-            self.time_to_first_token.labels(engine=route, endpoint=run.endpoint).observe(
+            self.time_to_first_token.labels(route=route, endpoint=run.endpoint).observe(
                 run.time_to_first_token
             )
         if run.inter_token_latency is not None:
-            self.inter_token_latency.labels(engine=route).observe(run.inter_token_latency)
-        self.prompt_tokens.labels(engine=route).inc(run.prompt_tokens)
-        self.completion_tokens.labels(engine=route).inc(run.completion_tokens)
+            self.inter_token_latency.labels(route=route).observe(run.inter_token_latency)
+        self.prompt_tokens.labels(route=route).inc(run.prompt_tokens)
+        self.completion_tokens.labels(route=route).inc(run.completion_tokens)
         spec = run.mover.speculative_stats() if run.mover is not None else run.spec
         if spec is not None:
             self._record_spec("speculative", workload, spec)
 
     def _record_spec(self, route: Route, workload: str, stats: SpecDecodeStats) -> None:
-        self.spec_drafts.labels(engine=route).inc(stats.drafts)
-        self.spec_draft_tokens.labels(engine=route).inc(stats.draft_tokens)
-        self.spec_accepted_tokens.labels(engine=route).inc(stats.accepted_tokens)
+        self.spec_drafts.labels(route=route).inc(stats.drafts)
+        self.spec_draft_tokens.labels(route=route).inc(stats.draft_tokens)
+        self.spec_accepted_tokens.labels(route=route).inc(stats.accepted_tokens)
         if stats.draft_tokens:
             self.acceptance_rate.labels(workload_class=workload).observe(stats.acceptance_rate)
             self.accepted_length.labels(workload_class=workload).observe(stats.accepted_length)

@@ -177,6 +177,13 @@ class Settings(BaseSettings):
         30.0, gt=0, description="A queued request waiting longer gets a 503 with Retry-After."
     )
 
+    responses_store_size: int = Field(
+        1000,
+        ge=0,
+        description="Responses kept in memory for previous_response_id and GET "
+        "/v1/responses/{id}, least recently used dropped first; 0 stores none. Lost on restart.",
+    )
+
     # -- access ----------------------------------------------------------------------------------
     api_key: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -2,7 +2,7 @@
 
     python -m bench.routing_cost
 
-Times `extract_features` + `Router.decide` on prompts of 8192 tokens (counted with the
+Times `extract_features` + `RoutePolicy.decide` on prompts of 8192 tokens (counted with the
 embedded model's tokenizer when its cache exists), after a warm-up, and prints p50/p99.
 """
 
@@ -15,7 +15,7 @@ import time
 from app.embedded_model import MODEL_NAME
 from app.routing.features import extract_features
 from app.routing.learner import Learner
-from app.routing.policy import Router, RoutingRules
+from app.routing.policy import RoutePolicy, RoutingRules
 from app.settings import Settings
 
 TARGET_TOKENS = 8192
@@ -41,7 +41,7 @@ def prompt_of_tokens(piece: str, tokens: int) -> str:
 
 
 def main() -> None:
-    router = Router(RoutingRules(exploration=0.05, max_speculative_load=4), Learner())
+    router = RoutePolicy(RoutingRules(exploration=0.05, max_speculative_load=4), Learner())
     print(f"{RUNS} runs per prompt after 200 warm-up runs; prompts of ~{TARGET_TOKENS} tokens")
     print("| prompt | chars | p50 ms | p99 ms | max ms |")
     print("|---|---|---|---|---|")

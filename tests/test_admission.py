@@ -71,7 +71,7 @@ async def test_overload_is_a_429_with_retry_after(make_client: ClientFactory) ->
     other = await client.post(CHAT, json=BODY, headers={"X-Speculative": "on"})
     assert other.status_code == 200
     metrics = (await client.get("/metrics")).text
-    assert 'specgate_rejected_requests_total{engine="plain",reason="at_capacity"} 1.0' in metrics
+    assert 'specgate_rejected_requests_total{reason="at_capacity",route="plain"} 1.0' in metrics
     # Nothing leaked: the slot is free again.
     assert (await client.post(CHAT, json=BODY, headers=headers)).status_code == 200
     assert engines["plain"].unfinished_requests() == 0

@@ -52,7 +52,7 @@ async def test_finished_requests_teach_the_router() -> None:
     for i, header in enumerate(("off", "on")):
         run = await gate.start(gate.decide(header, JSON_TASK), f"r{i}", ["a b c"], options, "chat")
         await run.collect()
-    learner = gate.router.learner
+    learner = gate.policy.learner
     estimates = learner.snapshot()["structured"]
     assert (estimates["plain_samples"], estimates["speculative_samples"]) == (1, 1)
     assert estimates["acceptance_samples"] == 1

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.engine.fake import FakeEngine
 from app.engine.remote import RemoteEngine
 from app.main import create_app
 from app.settings import Settings
@@ -132,3 +133,44 @@ async def test_logprobs_on_a_remote_route_are_refused_by_name(site: Site) -> Non
     response = await site.client.post("/v1/completions", json=echo)
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "echo"
+
+
+@pytest.fixture
+async def mixed_site() -> AsyncIterator[tuple[httpx.AsyncClient, FakeEngine, FakeUpstream]]:
+    """The plain route from a remote pool, the speculative one from an embedded engine."""
+    plain = FakeUpstream("plain-a")
+    settings = Settings(plain_upstreams=plain.base_url, routing_exploration=0)  # type: ignore[arg-type]
+    async with AsyncExitStack() as stack:
+        remote = await RemoteEngine.start(settings, "plain", mock_transport(plain))  # type: ignore[arg-type]
+        stack.push_async_callback(remote.aclose)
+        embedded = FakeEngine("speculative")
+        app = create_app(settings, {"speculative": embedded, "plain": remote})  # type: ignore[dict-item]
+        await stack.enter_async_context(app.router.lifespan_context(app))
+        client = await stack.enter_async_context(
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://specgate")
+        )
+        yield client, embedded, plain
+
+
+async def test_a_request_goes_to_the_route_that_can_serve_it(
+    mixed_site: tuple[httpx.AsyncClient, FakeEngine, FakeUpstream],
+) -> None:
+    client, embedded, plain = mixed_site
+    # Open-ended chat goes plain when nothing stands in the way...
+    assert (await client.post(CHAT, json=chat())).headers["x-specgate-route"] == "plain"
+    # ...but the remote plain route cannot read logprobs back; the embedded engine can.
+    response = await client.post(CHAT, json=chat(logprobs=True, top_logprobs=2))
+    assert response.status_code == 200, response.text
+    assert response.headers["x-specgate-route"] == "speculative"
+    assert response.headers["x-specgate-reason"] == "logprobs: not supported by remote upstreams"
+    assert len(plain.bodies) == 1 and len(embedded.requests) == 1
+    # Pinned to the route that cannot serve it: a 400 that says where it can be served.
+    pinned = await client.post(CHAT, json=chat(logprobs=True), headers={"X-Speculative": "off"})
+    assert pinned.status_code == 400
+    error = pinned.json()["error"]
+    assert error["code"] == "unsupported_on_route" and error["param"] == "X-Speculative"
+    assert "logprobs" in error["message"] and "X-Speculative: auto" in error["message"]
+    # Neither route can serve logprobs with min_p: the remote refuses one, drafting the other.
+    both = await client.post(CHAT, json=chat(logprobs=True, min_p=0.1, temperature=0.7))
+    assert both.status_code == 400
+    assert both.json()["error"]["param"] == "logprobs"

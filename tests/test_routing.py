@@ -6,13 +6,14 @@ import random
 
 import pytest
 
+from app.engine.capabilities import Refusal
 from app.engine.types import Route, SpecDecodeStats
 from app.errors import InvalidRequestError
 from app.routing.classify import WorkloadClass, classify
 from app.routing.features import extract_features
 from app.routing.learner import Average, Learner, Observation
 from app.routing.load_model import Load
-from app.routing.policy import Router, RoutingRules, RunningWork, parse_header
+from app.routing.policy import RoutePolicy, RoutingRules, RunningWork, parse_header
 
 PASSAGE = (
     "Our team met on Tuesday to discuss the migration. Alice said the database move "
@@ -59,8 +60,8 @@ def test_features_measure_repetition_and_compressibility() -> None:
     assert extract_features("x", temperature=None).temperature == 1.0
 
 
-def router(learner: Learner | None = None, **rules: object) -> Router:
-    return Router(RoutingRules(**rules), learner or Learner(), random.Random(0))  # type: ignore[arg-type]
+def router(learner: Learner | None = None, **rules: object) -> RoutePolicy:
+    return RoutePolicy(RoutingRules(**rules), learner or Learner(), random.Random(0))  # type: ignore[arg-type]
 
 
 JSON_TASK = extract_features(f"Continue:\n[\n{JSON_RECORDS}", temperature=0)
@@ -80,6 +81,24 @@ def test_priors_speculate_for_copying_work_only() -> None:
     assert (structured.route, structured.basis) == ("speculative", "learned")
     assert structured.expected_speedup is not None and structured.expected_speedup > 1
     assert fresh.decide("auto", POEM).route == "plain"
+
+
+def test_a_route_that_cannot_serve_the_request_is_avoided_or_named() -> None:
+    drafting = {"speculative": Refusal(("min_p",), "not supported while drafting")}
+    pinned = router(pins={WorkloadClass.STRUCTURED: "speculative"}, exploration=1.0)
+    decision = pinned.decide("auto", JSON_TASK, refusals=drafting)
+    assert (decision.route, decision.basis) == ("plain", "unsupported")
+    assert decision.reason == "min_p: not supported while drafting"
+    with pytest.raises(InvalidRequestError) as forced:
+        router().decide("on", JSON_TASK, refusals=drafting)
+    assert forced.value.param == "X-Speculative"
+    assert forced.value.code == "unsupported_with_speculation"
+    assert router().decide("off", JSON_TASK, refusals=drafting).route == "plain"
+    remote = {"plain": Refusal(("logprobs",), "not supported by remote upstreams")}
+    assert router().decide("auto", POEM, refusals=remote).route == "speculative"
+    with pytest.raises(InvalidRequestError) as nowhere:
+        router().decide("auto", POEM, refusals={**drafting, **remote})
+    assert nowhere.value.param == "logprobs"
 
 
 def test_pins_override_the_learner() -> None:

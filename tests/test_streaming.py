@@ -103,7 +103,7 @@ async def test_an_engine_failure_mid_stream_is_an_error_event_then_done(
     assert error["code"] == "engine_error"
     assert engines["plain"].unfinished_requests() == 0
     metrics = (await client.get("/metrics")).text
-    labels = {"engine": "plain", "workload_class": "open-ended", "endpoint": "chat"}
+    labels = {"route": "plain", "workload_class": "open-ended", "endpoint": "chat"}
     assert sample(metrics, "specgate_requests_total", **labels, outcome="error") == 1
 
 

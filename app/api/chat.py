@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-import uuid
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -13,14 +12,17 @@ from app.api.respond import respond
 from app.api.sampling import sampling_options
 from app.deps import GatewayDep, MoveAfterHeader, SpeculativeHeader
 from app.engine.types import ChatMessage
-from app.formatting import finished_choices, route_headers, route_info, usage
-from app.generation import Run
-from app.logprobs import chat_logprobs
-from app.routing.features import extract_features
-from app.schemas.chat import AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionRequest
-from app.streaming import chat_chunk_makers
+from app.errors import InvalidRequestError
+from app.request_spec import RequestSpec
+from app.schemas.chat import ChatCompletion, ChatCompletionRequest, ChatMessageIn, FunctionName
+from app.tool_calls import ANY_OBJECT, Function, ToolCallMode, tool_call_mode
+from app.wire.chat import ChatShape
 
 router = APIRouter()
+
+# Roles chat templates know: "developer" is OpenAI's newer "system", and the legacy
+# "function" role answers a call as "tool" does.
+TEMPLATE_ROLES = {"developer": "system", "function": "tool"}
 
 
 @router.post(
@@ -37,53 +39,79 @@ async def create_chat_completion(
     x_specgate_move_after: MoveAfterHeader = None,
 ) -> Response:
     """Create a chat completion, streamed over SSE when `stream` is true."""
-    gateway.check_model(body.model)
-    messages: list[ChatMessage] = [
-        # "developer" is OpenAI's newer name for "system"; chat templates know only the latter.
-        {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-        for m in body.messages
-    ]
-    json_schema = body.json_schema()
-    options = sampling_options(body, body.token_limit(), json_schema, body.logprob_count())
-    features = extract_features(
-        "\n".join(message["content"] for message in messages),
-        wants_json=json_schema is not None,
-        temperature=options.temperature,
-        top_p=options.top_p,
-        max_tokens=options.max_tokens,
-    )
-    decision = gateway.decide(x_speculative, features, options)
-    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    created = int(time.time())
-    run = await gateway.start(
-        decision, completion_id, [messages], options, "chat", move_after=x_specgate_move_after
-    )
-
-    def build_response(run: Run) -> ChatCompletion:
-        return ChatCompletion(
-            id=completion_id,
-            created=created,
-            model=gateway.model_id,
-            choices=[
-                ChatChoice(
-                    index=index,
-                    message=AssistantMessage(content=choice.text),
-                    logprobs=chat_logprobs(choice.logprobs),
-                    finish_reason=finish,
-                )
-                for index, choice, finish in finished_choices(run)
-            ],
-            usage=usage(run),
-            specgate=route_info(run),
-        )
-
+    mode = chat_tool_mode(body)
+    run = await gateway.open(chat_spec(body, mode, x_speculative, x_specgate_move_after))
     return await respond(
         run,
         request,
+        ChatShape(gateway.model_id, mode, legacy_functions=body.legacy_functions),
         stream=body.stream,
         stream_options=body.stream_options,
-        chunk_makers=chat_chunk_makers(completion_id, created, gateway.model_id),
-        build_response=build_response,
-        headers=route_headers(decision, completion_id),
         shutdown_grace_seconds=gateway.shutdown_grace_seconds,
     )
+
+
+def chat_spec(
+    body: ChatCompletionRequest,
+    mode: ToolCallMode | None,
+    route_header: str | None,
+    move_after: int | None,
+) -> RequestSpec:
+    messages = [template_message(message) for message in body.messages]
+    json_schema = body.json_schema()
+    if mode is not None:
+        if json_schema is not None:
+            raise InvalidRequestError(
+                "response_format cannot be combined with a required or named tool call",
+                param="response_format",
+            )
+        json_schema = mode.schema()
+    options = sampling_options(body, body.token_limit(), json_schema, body.logprob_count())
+    tools = tuple(
+        {"type": "function", "function": function.model_dump(exclude_none=True)}
+        for function in body.tool_definitions()
+    )
+    return RequestSpec(
+        endpoint="chat",
+        model=body.model,
+        prompts=[messages],
+        options=options,
+        routing_text="\n".join(message["content"] or "" for message in messages),
+        route_header=route_header,
+        move_after=move_after,
+        tools=tools or None,
+    )
+
+
+def chat_tool_mode(body: ChatCompletionRequest) -> ToolCallMode | None:
+    """The constraint for a required or named tool call; None for free text."""
+    choice = body.effective_tool_choice()
+    functions = tuple(
+        Function(tool.name, tool.parameters if tool.parameters is not None else dict(ANY_OBJECT))
+        for tool in body.tool_definitions()
+    )
+    return tool_call_mode(
+        None if isinstance(choice, FunctionName) else choice,
+        functions,
+        named=choice.name if isinstance(choice, FunctionName) else None,
+        # The legacy API makes one call at a time.
+        parallel=body.parallel_tool_calls is not False and not body.legacy_functions,
+        field="function_call" if body.legacy_functions else "tool_choice",
+    )
+
+
+def template_message(message: ChatMessageIn) -> ChatMessage:
+    role = TEMPLATE_ROLES.get(message.role, message.role)
+    rendered: ChatMessage = {"role": role, "content": message.text()}
+    calls: list[dict[str, Any]] = [call.model_dump() for call in message.tool_calls or ()]
+    if message.function_call is not None:
+        calls.append(
+            {"id": "call_0", "type": "function", "function": message.function_call.model_dump()}
+        )
+    if calls:
+        rendered["tool_calls"] = calls
+    if message.tool_call_id is not None:
+        rendered["tool_call_id"] = message.tool_call_id
+    if message.name is not None:
+        rendered["name"] = message.name
+    return rendered

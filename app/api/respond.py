@@ -1,19 +1,17 @@
-"""The common tail of both generation endpoints: an SSE stream or one JSON body."""
+"""The common tail of every generation endpoint: an SSE stream or one JSON body."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel
+from fastapi.responses import Response
 from sse_starlette import EventSourceResponse
 
 from app.generation import Run
-from app.schemas.common import StreamOptions, dump
-from app.streaming import ChunkMaker, UsageChunkMaker, sse_events
+from app.schemas.common import StreamOptions
+from app.wire.common import WireShape, route_headers
 
 # How often a non-streamed request checks that its client is still there.
 DISCONNECT_POLL_SECONDS = 0.5
@@ -24,20 +22,18 @@ CLIENT_CLOSED_REQUEST = 499
 async def respond(
     run: Run,
     request: Request,
+    shape: WireShape,
     *,
     stream: bool,
     stream_options: StreamOptions | None,
-    chunk_makers: tuple[ChunkMaker, UsageChunkMaker],
-    build_response: Callable[[Run], BaseModel],
-    headers: dict[str, str],
     shutdown_grace_seconds: float = 0.0,
 ) -> Response:
+    headers = route_headers(run)
     if stream:
         include_usage = bool(stream_options and stream_options.include_usage)
-        chunk, usage_chunk = chunk_makers
         # "\n" line ends, as OpenAI sends them; some clients split events on "\n\n" only.
         return EventSourceResponse(
-            sse_events(run, chunk, usage_chunk, include_usage),
+            shape.sse(run, include_usage),
             headers=headers,
             sep="\n",
             # On SIGTERM, let the stream finish for this long before it is cut (and aborted).
@@ -45,7 +41,8 @@ async def respond(
         )
     if not await _collect_unless_disconnected(run, request):
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    return JSONResponse(dump(build_response(run)), headers=headers)
+    body = shape.response(run).model_dump_json()
+    return Response(body, media_type="application/json", headers=headers)
 
 
 async def _collect_unless_disconnected(run: Run, request: Request) -> bool:

@@ -29,7 +29,7 @@ def sampling_options(
         seed=body.seed,
         n=body.n,
         json_schema=json_schema,
-        # -1 and 0 both mean "off"; None says so to the router (see gateway.not_speculable).
+        # -1 and 0 both mean "off"; None says so to the router (see engine.capabilities).
         top_k=body.top_k if body.top_k and body.top_k > 0 else None,
         min_p=body.min_p,
         repetition_penalty=body.repetition_penalty,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol, runtime_checkable
 
-from app.engine.types import GenerationRequest, GenerationStep, Route
+from app.engine.capabilities import Refusal
+from app.engine.types import GenerationRequest, GenerationStep, Route, SamplingOptions
 
 
 class Engine(Protocol):
@@ -16,6 +17,13 @@ class Engine(Protocol):
 
         Bad requests raise `app.errors.InvalidRequestError` on the first step, before any
         output, so the HTTP layer can still answer with an error status.
+        """
+        ...
+
+    def refusal(self, options: SamplingOptions) -> Refusal | None:
+        """The fields of a request with these options that this engine cannot serve, if any.
+
+        Cheap and side-effect free: the router asks every route before choosing one.
         """
         ...
 

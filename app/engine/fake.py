@@ -1,23 +1,31 @@
 """A deterministic stand-in for a vLLM engine, for fast tests of the HTTP layer.
 
-It keeps the adapter's contract: token-by-token deltas, max_tokens and stop handling, n
-choices, per-request speculative figures on the speculative route, prompt validation on
-the first step, and abort on early close. Its "model" repeats the prompt's words.
+It keeps the adapter's contract: token-by-token deltas, max_tokens, stop strings (trimmed
+from the output, as vLLM does), n choices, logprobs with alternatives, echo, per-request
+speculative figures on the speculative route, prompt validation on the first step, and
+abort on early close. What it says is scripted, as httpx's MockTransport scripts responses:
+a `Script` gives each choice's tokens; the default repeats the prompt's words, and a finite
+script ends its choice with "stop", as an end-of-sequence token would.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import itertools
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
+from app.engine.capabilities import Refusal, drafting_refusal
 from app.engine.types import (
     ChoiceDelta,
     FinishReason,
     GenerationRequest,
     GenerationStep,
     Prompt,
+    PromptEcho,
     Route,
+    SamplingOptions,
     SpecDecodeStats,
+    TokenLogprob,
 )
 from app.errors import (
     ContextLengthError,
@@ -28,6 +36,15 @@ from app.errors import (
 
 FAIL_MIDSTREAM = "<fail-midstream>"
 
+# A choice's tokens, as text, for a request and a choice index.
+Script = Callable[[GenerationRequest, int], Iterable[str]]
+
+
+def repeat_the_prompt(request: GenerationRequest, index: int) -> Iterator[str]:
+    """The default script: the prompt's words, from the index-th on, round and round."""
+    words = _prompt_words(request.prompt)
+    return (f" {word}" for word in itertools.islice(itertools.cycle(words), index, None))
+
 
 class FakeEngine:
     def __init__(
@@ -36,8 +53,10 @@ class FakeEngine:
         max_model_len: int = 256,
         seconds_per_token: float = 0.0,
         per_request_draft_length: bool = False,
+        script: Script = repeat_the_prompt,
     ) -> None:
         self.route: Route = route
+        self.script = script
         # As an embedded speculative engine: it takes GenerationRequest.draft_length.
         self.per_request_draft_length = per_request_draft_length
         # Every request it was given, in order.
@@ -64,7 +83,10 @@ class FakeEngine:
             raise InvalidRequestError("temperature must be non-negative", param="temperature")
         self.active.add(request.request_id)
         try:
-            texts = ["" for _ in range(options.n)]
+            scripts = [iter(self.script(request, index)) for index in range(options.n)]
+            # Text that may begin a stop string, held back until it is known not to (as vLLM).
+            held = ["" for _ in range(options.n)]
+            finished: list[FinishReason | None] = [None] * options.n
             for position in range(limit):
                 if self.seconds_per_token:
                     await asyncio.sleep(self.seconds_per_token)
@@ -72,25 +94,61 @@ class FakeEngine:
                     raise EngineFailureError("the fake engine failed mid-stream")
                 deltas = []
                 for index in range(options.n):
-                    piece = f" {words[(position + index) % len(words)]}"
-                    texts[index] += piece
-                    finish = _finish(texts[index], options.stop, position + 1 == limit)
-                    deltas.append(self._delta(index, piece, finish, position + 1))
+                    if finished[index]:
+                        continue
+                    piece = next(scripts[index], None)
+                    finish: FinishReason | None
+                    if piece is None:  # the script ended: an end-of-sequence token
+                        text, finish = held[index], "stop"
+                    else:
+                        text, held[index], finish = _up_to_stop(held[index] + piece, options.stop)
+                    if finish is None and position + 1 == limit:
+                        text, finish = text + held[index], "length"
+                    finished[index] = finish
+                    token = piece or ""
+                    deltas.append(self._delta(request, index, text, token, finish, position))
                 yield GenerationStep(prompt_tokens=len(words), choices=deltas)
-                if all(delta.finish_reason for delta in deltas):
+                if all(finished):
                     return
         finally:
             # Finished or closed early (an abort), the request leaves the engine.
             self.active.discard(request.request_id)
 
     def _delta(
-        self, index: int, piece: str, finish: FinishReason | None, tokens: int
+        self,
+        request: GenerationRequest,
+        index: int,
+        text: str,
+        token: str,
+        finish: FinishReason | None,
+        position: int,
     ) -> ChoiceDelta:
-        spec = None
-        if finish is not None and self.route == "speculative":
-            # Pretend every other draft token was accepted.
-            spec = SpecDecodeStats(drafts=tokens, draft_tokens=2 * tokens, accepted_tokens=tokens)
-        return ChoiceDelta(index=index, text=piece, new_tokens=1, finish_reason=finish, spec=spec)
+        options = request.options
+        logprobs = None
+        if options.logprobs is not None:
+            logprobs = (_token_logprob(token, position, options.logprobs),)
+        echo = None
+        if options.echo and position == 0:
+            echo = _echo(request.prompt, options.logprobs)
+        return ChoiceDelta(
+            index=index,
+            text=text,
+            new_tokens=1,
+            finish_reason=finish,
+            spec=self._spec(position + 1) if finish is not None else None,
+            logprobs=logprobs,
+            echo=echo,
+        )
+
+    def _spec(self, tokens: int) -> SpecDecodeStats | None:
+        if self.route != "speculative":
+            return None
+        # Pretend every other draft token was accepted.
+        return SpecDecodeStats(drafts=tokens, draft_tokens=2 * tokens, accepted_tokens=tokens)
+
+    def refusal(self, options: SamplingOptions) -> Refusal | None:
+        # As vLLM: the speculative engine cannot apply some sampling fields while drafting.
+        return drafting_refusal(options) if self.route == "speculative" else None
 
     def unfinished_requests(self) -> int:
         return len(self.active)
@@ -110,11 +168,38 @@ def _prompt_words(prompt: Prompt) -> list[str]:
     if isinstance(prompt, str):
         text = prompt
     else:
-        text = " ".join(f"t{item}" if isinstance(item, int) else item["content"] for item in prompt)
+        text = " ".join(
+            f"t{item}" if isinstance(item, int) else item["content"] or "" for item in prompt
+        )
     return text.split() or ["empty"]
 
 
-def _finish(text: str, stop: tuple[str, ...], at_limit: bool) -> FinishReason | None:
-    if any(sequence in text for sequence in stop):
-        return "stop"
-    return "length" if at_limit else None
+def _up_to_stop(text: str, stop: tuple[str, ...]) -> tuple[str, str, FinishReason | None]:
+    """(what can go out, what is held back, "stop" if a stop string completed)."""
+    ends = [text.find(sequence) for sequence in stop]
+    found = [end for end in ends if end >= 0]
+    if found:
+        return text[: min(found)], "", "stop"
+    # The longest tail of the text that some stop string starts with.
+    prefixes = (sequence[:size] for sequence in stop for size in range(1, len(sequence)))
+    tail = max((len(prefix) for prefix in prefixes if text.endswith(prefix)), default=0)
+    return text[: len(text) - tail], text[len(text) - tail :], None
+
+
+def _token_logprob(token: str, position: int, alternatives: int) -> TokenLogprob:
+    # Made-up but deterministic: the token is always the likeliest of its alternatives.
+    logprob = -0.25 * (1 + position % 4)
+    top = [(token, logprob), *((f" alt{k}", logprob - k) for k in range(1, alternatives))]
+    return TokenLogprob(token, logprob, tuple(top[:alternatives]))
+
+
+def _echo(prompt: Prompt, alternatives: int | None) -> PromptEcho:
+    words = _prompt_words(prompt)
+    tokens = [words[0], *(f" {word}" for word in words[1:])]
+    logprobs = None
+    if alternatives is not None:
+        # Nothing predicts the prompt's first token.
+        first = TokenLogprob(tokens[0], None)
+        rest = (_token_logprob(token, i, alternatives) for i, token in enumerate(tokens[1:]))
+        logprobs = (first, *rest)
+    return PromptEcho("".join(tokens), logprobs)

@@ -19,12 +19,11 @@ from app.engine.base import Engine
 from app.engine.cpu_cores import bound_to, core_plan
 from app.engine.remote import RemoteEngine
 from app.engine.route_view import route_views
-from app.engine.types import Route
+from app.engine.types import ROUTES, Route
 from app.settings import Settings
 
 logger = logging.getLogger("specgate.engine")
 
-ROUTES: tuple[Route, ...] = ("speculative", "plain")
 SPAWN_POLL_SECONDS = 0.05
 
 

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from app.engine.sampling_table import finish_reason, remote_sampling
 from app.engine.types import (
     ChoiceDelta,
-    FinishReason,
     GenerationRequest,
     GenerationStep,
     SamplingOptions,
@@ -39,53 +39,21 @@ class UpstreamModel:
 NOT_FORWARDED = ("logprobs", "echo")
 
 
-def not_forwarded(options: SamplingOptions) -> str | None:
-    """The first set option a remote route cannot serve, if any."""
-    for name in NOT_FORWARDED:
-        value = getattr(options, name)
-        # `is`, not `in (None, False)`: logprobs=0 (no alternatives) still asks for logprobs.
-        if value is not None and value is not False:
-            return name
-    return None
-
-
-def sampling_fields(options: SamplingOptions) -> dict[str, Any]:
-    """Every `SamplingOptions` field as vLLM's OpenAI server takes it: the one place to extend."""
-    fields: dict[str, Any] = {
-        "n": options.n,
-        "max_tokens": options.max_tokens,
-        # The embedded engine samples at 1.0 / 1.0 when these are unset. Sending them keeps a
-        # remote route from applying the model's generation_config defaults instead, so the
-        # route never changes the answer.
-        "temperature": 1.0 if options.temperature is None else options.temperature,
-        "top_p": 1.0 if options.top_p is None else options.top_p,
-        "presence_penalty": options.presence_penalty,
-        "frequency_penalty": options.frequency_penalty,
-        "stop": list(options.stop),
-    }
-    if options.seed is not None:
-        fields["seed"] = options.seed
-    # vLLM's sampling extensions, sent only when set so the upstream's defaults stay its own.
-    for name in ("top_k", "min_p", "repetition_penalty"):
-        if getattr(options, name) is not None:
-            fields[name] = getattr(options, name)
-    if options.ignore_eos:
-        fields["ignore_eos"] = True
-    if options.logit_bias:
-        fields["logit_bias"] = {str(token): bias for token, bias in options.logit_bias.items()}
-    if options.json_schema is not None:
-        # vLLM's own extension, the same structured-output parameters the embedded engine uses.
-        fields["structured_outputs"] = (
-            {"json": options.json_schema} if options.json_schema else {"json_object": True}
-        )
-    return fields
+def not_forwarded(options: SamplingOptions) -> tuple[str, ...]:
+    """The set options a remote route cannot serve."""
+    # `is`, not `in (None, False)`: logprobs=0 (no alternatives) still asks for logprobs.
+    return tuple(
+        name
+        for name in NOT_FORWARDED
+        if getattr(options, name) is not None and getattr(options, name) is not False
+    )
 
 
 def request_body(request: GenerationRequest, model: UpstreamModel) -> tuple[str, dict[str, Any]]:
     """The path and JSON body of one streamed upstream call."""
     body: dict[str, Any] = {
         "model": model.name,
-        **sampling_fields(request.options),
+        **remote_sampling(request.options),
         "stream": True,
         # continuous_usage_stats is vLLM's: every chunk carries the running token count of its
         # choice, which is how new tokens per chunk are known without a tokenizer here.
@@ -93,6 +61,11 @@ def request_body(request: GenerationRequest, model: UpstreamModel) -> tuple[str,
     }
     prompt = request.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
+        if request.tools:
+            # The upstream renders the tools into its chat template; the calls themselves are
+            # constrained (structured_outputs) and read here, so it must not parse them.
+            body["tools"] = list(request.tools)
+            body["tool_choice"] = "none"
         return CHAT_PATH, {**body, "messages": prompt}
     if body["max_tokens"] is None and model.max_model_len is not None:
         # vLLM's /v1/completions reads a null max_tokens as OpenAI's 16. The embedded engine
@@ -219,7 +192,7 @@ class StreamDecoder:
         total = usage.get("completion_tokens", self._tokens.get(index, 0))
         new_tokens = max(0, total - self._tokens.get(index, 0))
         self._tokens[index] = total
-        finish = _finish_reason(choice.get("finish_reason"))
+        finish = finish_reason(choice.get("finish_reason"), "the upstream engine")
         if finish is not None:
             self._finished.add(index)
         return ChoiceDelta(index=index, text=text, new_tokens=new_tokens, finish_reason=finish)
@@ -232,16 +205,6 @@ class StreamDecoder:
             last = held.choices[-1]
             held = replace(held, choices=[*held.choices[:-1], replace(last, spec=spec)])
         yield replace(held, prompt_tokens=self.prompt_tokens)
-
-
-def _finish_reason(reason: object) -> FinishReason | None:
-    if reason is None:
-        return None
-    if reason == "error":
-        raise EngineFailureError("the upstream engine failed while generating")
-    if reason in ("length", "abort"):
-        return reason
-    return "stop"  # stop, and anything else an OpenAI server may say (tool_calls, ...)
 
 
 def _spec_stats(metrics: object) -> SpecDecodeStats | None:

@@ -13,6 +13,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 import httpx
 
+from app.engine.capabilities import Refusal, combined, drafting_refusal, refusal_of
 from app.engine.openai_wire import (
     SSEParser,
     StreamDecoder,
@@ -20,7 +21,7 @@ from app.engine.openai_wire import (
     request_body,
     upstream_error,
 )
-from app.engine.types import GenerationRequest, GenerationStep, Route
+from app.engine.types import GenerationRequest, GenerationStep, Route, SamplingOptions
 from app.engine.upstream import Upstream, UpstreamPool, describe_error
 from app.errors import (
     EngineFailureError,
@@ -83,12 +84,11 @@ class RemoteEngine:
         return cls(route, pool, client, settings.upstream_attempts)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
-        refused = not_forwarded(request.options)
+        refused = self._not_forwarded(request.options)
         if refused is not None:
             raise InvalidRequestError(
-                f"'{refused}' is not supported on the {self.route} route, which remote "
-                "upstreams serve",
-                param=refused,
+                f"{refused.names}: {refused.why} (the {self.route} route)",
+                param=refused.fields[0],
             )
         tried: list[Upstream] = []
         error: SpecgateError | None = None
@@ -114,6 +114,15 @@ class RemoteEngine:
                 await steps.aclose()
                 self.pool.release(upstream)
         raise error or EngineUnavailableError(self._unavailable())
+
+    def refusal(self, options: SamplingOptions) -> Refusal | None:
+        # An upstream that drafts has vLLM's own limits on sampling fields.
+        drafting = drafting_refusal(options) if self.route == "speculative" else None
+        return combined(self._not_forwarded(options), drafting)
+
+    @staticmethod
+    def _not_forwarded(options: SamplingOptions) -> Refusal | None:
+        return refusal_of(list(not_forwarded(options)), "not supported by remote upstreams")
 
     def unfinished_requests(self) -> int:
         return self.pool.outstanding()

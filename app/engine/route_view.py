@@ -13,7 +13,8 @@ from dataclasses import replace
 from typing import Any
 
 from app.engine.base import Engine
-from app.engine.types import GenerationRequest, GenerationStep, Route
+from app.engine.capabilities import Refusal
+from app.engine.types import GenerationRequest, GenerationStep, Route, SamplingOptions
 
 
 class RouteView:
@@ -35,6 +36,10 @@ class RouteView:
                 yield step
         finally:
             self._open -= 1
+
+    def refusal(self, options: SamplingOptions) -> Refusal | None:
+        # Draft length 0 samples as a plain engine does: every field can be served.
+        return None if self.route == "plain" else self.engine.refusal(options)
 
     def unfinished_requests(self) -> int:
         return self._open

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, TypedDict
+from typing import Any, Literal, Required, TypedDict
 
 Route = Literal["speculative", "plain"]
 FinishReason = Literal["stop", "length", "abort"]
+
+
+ROUTES: tuple[Route, ...] = ("speculative", "plain")
 
 
 def other_route(route: Route) -> Route:
     return "plain" if route == "speculative" else "speculative"
 
 
-class ChatMessage(TypedDict):
-    role: str
-    content: str
+class ChatMessage(TypedDict, total=False):
+    """A chat turn as chat templates (and OpenAI's wire) take it: role and content always."""
+
+    role: Required[str]
+    content: Required[str | None]
+    # An assistant turn's calls, in OpenAI's shape, and a tool turn's answer to one.
+    tool_calls: list[dict[str, Any]]
+    tool_call_id: str
+    name: str
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,8 @@ class GenerationRequest:
     # The most draft tokens a speculative engine may verify per step for this request
     # (0: none); None leaves the engine's own K.
     draft_length: int | None = None
+    # A chat request's function tools, in OpenAI's shape, for the chat template.
+    tools: tuple[dict[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,10 @@ from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 from vllm.v1.metrics.stats import RequestSpecDecodeMetrics
 
+from app.engine.capabilities import Refusal, drafting_refusal
 from app.engine.draft_length import DRAFT_LENGTH_KEY, SCHEDULER_QUALNAME
 from app.engine.draft_worker import WORKER_EXTENSION_QUALNAME
+from app.engine.sampling_table import engine_sampling, finish_reason
 from app.engine.types import (
     ChoiceDelta,
     FinishReason,
@@ -133,7 +135,7 @@ class VllmEngine:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
         # Everything the request could get wrong is checked here, before vLLM sees it.
         options = request.options
-        prompt_ids = self._prompt_token_ids(request.prompt)
+        prompt_ids = self._prompt_token_ids(request.prompt, request.tools)
         self._check_context(len(prompt_ids), options.max_tokens)
         self._check_logit_bias(options.logit_bias)
         self._check_servable(options, request.draft_length)
@@ -183,6 +185,11 @@ class VllmEngine:
             with contextlib.suppress(Exception):
                 await self._llm.abort(request_id)
 
+    def refusal(self, options: SamplingOptions) -> Refusal | None:
+        # A request that drafts cannot have some sampling fields; on the plain route of
+        # --engine-layout one a request never drafts (see RouteView).
+        return drafting_refusal(options) if self.per_request_draft_length else None
+
     def unfinished_requests(self) -> int:
         return 0 if self._llm is None else self._llm.get_num_unfinished_requests()
 
@@ -210,7 +217,9 @@ class VllmEngine:
             raise EngineUnavailableError(f"the {self.route} engine has stopped")
         return self._llm
 
-    def _prompt_token_ids(self, prompt: str | list[int] | list[Any]) -> list[int]:
+    def _prompt_token_ids(
+        self, prompt: str | list[int] | list[Any], tools: tuple[dict[str, Any], ...] | None = None
+    ) -> list[int]:
         if isinstance(prompt, str):
             return list(self._tokenizer.encode(prompt))
         if all(isinstance(token, int) for token in prompt):
@@ -222,7 +231,11 @@ class VllmEngine:
             return list(prompt)
         try:
             text = self._tokenizer.apply_chat_template(
-                list(prompt), add_generation_prompt=True, tokenize=False
+                list(prompt),
+                # A template without tool support ignores them; the call is constrained anyway.
+                tools=list(tools) if tools else None,
+                add_generation_prompt=True,
+                tokenize=False,
             )
         except Exception as exc:  # the template is model code; any failure is the request's
             raise InvalidRequestError(
@@ -270,10 +283,7 @@ class VllmEngine:
                         "response_format: no output can be generated under this JSON schema",
                         param="response_format",
                     )
-                raise EngineFailureError("the engine failed while generating")
-            finish = "length" if choice.finish_reason == "length" else "stop"
-            if choice.finish_reason == "abort":
-                finish = "abort"
+            finish = finish_reason(choice.finish_reason)
         logprobs = None
         if options.logprobs is not None and choice.logprobs is not None:
             logprobs = self._token_logprobs(choice.token_ids, choice.logprobs, options.logprobs)
@@ -334,32 +344,12 @@ class VllmEngine:
 
     @staticmethod
     def _sampling_params(options: SamplingOptions) -> SamplingParams:
-        structured = None
-        if options.json_schema is not None:
-            structured = (
-                StructuredOutputsParams(json=options.json_schema)
-                if options.json_schema
-                else StructuredOutputsParams(json_object=True)
-            )
+        fields = engine_sampling(options)
+        structured = fields.pop("structured_outputs")
         try:
             return SamplingParams(
-                n=options.n,
-                temperature=1.0 if options.temperature is None else options.temperature,
-                top_p=1.0 if options.top_p is None else options.top_p,
-                presence_penalty=options.presence_penalty,
-                frequency_penalty=options.frequency_penalty,
-                max_tokens=options.max_tokens,
-                stop=list(options.stop),
-                seed=options.seed,
-                # vLLM's "off" values: top_k 0, min_p 0, repetition_penalty 1.
-                top_k=options.top_k or 0,
-                min_p=options.min_p or 0.0,
-                repetition_penalty=options.repetition_penalty or 1.0,
-                logit_bias=options.logit_bias,
-                ignore_eos=options.ignore_eos,
-                logprobs=options.logprobs,
-                prompt_logprobs=options.logprobs if options.echo else None,
-                structured_outputs=structured,
+                **fields,
+                structured_outputs=StructuredOutputsParams(**structured) if structured else None,
                 output_kind=RequestOutputKind.DELTA,
             )
         except (VLLMClientError, ValueError) as exc:

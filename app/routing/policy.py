@@ -1,6 +1,6 @@
 """The routing decision for one request.
 
-In order: fields vLLM cannot serve while drafting, the client's X-Speculative header,
+In order: the client's X-Speculative header, fields a route's engine cannot serve,
 an operator's pinned classes, a temperature ceiling, an optional load ceiling, the class's
 rolling acceptance, and finally the expected cost of each route under the load in flight:
 the new request's own time, plus what it adds to the requests already running (goodput,
@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from app.engine.types import Route, other_route
+from app.engine.capabilities import Refusal
+from app.engine.types import ROUTES, Route, other_route
 from app.errors import InvalidRequestError
 from app.routing.classify import WorkloadClass, classify
 from app.routing.features import RequestFeatures
@@ -44,6 +45,15 @@ MIN_ACCEPTANCE_SAMPLES = 3
 # answers often start fresh and copy later (bench/results/load_phases: moves judged on 8
 # steps at 1.0 tokens per step sent structured answers plain that went on to draft well).
 CLASS_YIELD_WEIGHT_STEPS = 16
+
+
+def _refused(route: Route, refusal: Refusal, can_switch: bool) -> InvalidRequestError:
+    advice = f"; send {HEADER}: auto" if can_switch else ""
+    return InvalidRequestError(
+        f"{refusal.names}: {refusal.why} on the {route} route{advice}",
+        param=refusal.fields[0] if not can_switch else HEADER,
+        code="unsupported_with_speculation" if route == "speculative" else "unsupported_on_route",
+    )
 
 
 @dataclass(frozen=True)
@@ -130,7 +140,7 @@ def parse_header(header_value: str | None) -> ClientChoice:
     return ClientChoice(head, length)  # type: ignore[arg-type]
 
 
-class Router:
+class RoutePolicy:
     def __init__(
         self, rules: RoutingRules, learner: Learner, rng: random.Random | None = None
     ) -> None:
@@ -143,26 +153,27 @@ class Router:
         preference: Preference,
         features: RequestFeatures,
         load: Load | None = None,
-        not_speculable: str | None = None,
+        refusals: Mapping[Route, Refusal] | None = None,
         running: tuple[RunningWork, ...] = (),
     ) -> RouteDecision:
-        """`not_speculable` names request fields that vLLM cannot serve while drafting."""
+        """`refusals`: per route, the request's fields that route's engine cannot serve."""
         workload = classify(features)
         load = load or Load()
-        if not_speculable and preference != "off":
-            if preference == "on":
-                raise InvalidRequestError(
-                    f"{not_speculable} cannot be used with speculative decoding; send "
-                    f"{HEADER}: off or auto",
-                    param=HEADER,
-                    code="unsupported_with_speculation",
-                )
-            return RouteDecision(
-                "plain", workload, "unsupported", f"{not_speculable}: not supported while drafting"
-            )
+        refusals = refusals or {}
         if preference != "auto":
             route: Route = "speculative" if preference == "on" else "plain"
+            if route in refusals:
+                switch = other_route(route) not in refusals
+                raise _refused(route, refusals[route], can_switch=switch)
             return RouteDecision(route, workload, "header", f"header: {HEADER} {preference}")
+        if refusals:
+            open_routes = [route for route in ROUTES if route not in refusals]
+            if not open_routes:
+                raise _refused("plain", refusals["plain"], can_switch=False)
+            refused = refusals[other_route(open_routes[0])]
+            return RouteDecision(
+                open_routes[0], workload, "unsupported", f"{refused.names}: {refused.why}"
+            )
         pinned = self.rules.pins.get(workload)
         if pinned is not None:
             return RouteDecision(pinned, workload, "pinned", f"pinned: {workload} -> {pinned}")
@@ -274,7 +285,7 @@ class MoveProposal:
 
 
 def propose_move(
-    router: Router,
+    policy: RoutePolicy,
     current: Route,
     workload: WorkloadClass,
     remaining_tokens: int,
@@ -291,13 +302,13 @@ def propose_move(
     """
     other = other_route(current)
     drafting = (drafting_now, drafting_steps)
-    stay = router.cost(current, workload, remaining_tokens, load, running, *drafting)
-    go = router.cost(other, workload, remaining_tokens, load, running, *drafting)
-    move_ms = context_tokens * (router.learner.prefill_ms_per_token[other].value or 0.0)
+    stay = policy.cost(current, workload, remaining_tokens, load, running, *drafting)
+    go = policy.cost(other, workload, remaining_tokens, load, running, *drafting)
+    move_ms = context_tokens * (policy.learner.prefill_ms_per_token[other].value or 0.0)
     if go.total_ms * MOVE_MARGIN + move_ms >= stay.total_ms:
         return None
-    alone_stay = router.cost(current, workload, remaining_tokens, Load(), (), *drafting)
-    alone_go = router.cost(other, workload, remaining_tokens, Load(), (), *drafting)
+    alone_stay = policy.cost(current, workload, remaining_tokens, Load(), (), *drafting)
+    alone_go = policy.cost(other, workload, remaining_tokens, Load(), (), *drafting)
     alone = alone_go.total_ms * MOVE_MARGIN + move_ms < alone_stay.total_ms
     shown = "unknown" if drafting_now is None else f"{drafting_now:.2f}"
     return MoveProposal(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -14,10 +14,50 @@ from app.schemas.common import (
     RouteInfo,
     Text,
     Usage,
+    is_none,
 )
 
-# tool_choice values that ask for no tool call, harmless without tools.
-NO_TOOL_CHOICES = (None, "none", "auto")
+# OpenAI's rule for function names.
+FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
+
+
+class FunctionDefinition(BaseModel):
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    parameters: dict[str, Any] | None = Field(
+        None, description="A JSON schema for the arguments; absent: any object."
+    )
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class FunctionName(BaseModel):
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    type: Literal["function"]
+    function: FunctionName
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+# The legacy `function_call`: "none", "auto", or {"name": ...}.
+FunctionCallChoice = Literal["none", "auto"] | FunctionName
+
+
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str = Field(description="The arguments as a JSON text.")
+
+
+class ToolCallIn(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
 
 
 class TextPart(BaseModel):
@@ -26,9 +66,22 @@ class TextPart(BaseModel):
 
 
 class ChatMessageIn(BaseModel):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: Text | list[TextPart] | None = None
     name: str | None = None
+    # An assistant turn that called tools, and a tool's answer to one of those calls.
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+    # The legacy single call of an assistant turn.
+    function_call: FunctionCall | None = None
+
+    @model_validator(mode="after")
+    def _check_roles(self) -> ChatMessageIn:
+        if self.role == "tool" and not self.tool_call_id:
+            raise FieldError("messages.tool_call_id", "is required in a tool message")
+        if (self.tool_calls or self.function_call) and self.role != "assistant":
+            raise FieldError("messages.tool_calls", "belong to assistant messages only")
+        return self
 
     def text(self) -> str:
         if self.content is None:
@@ -39,8 +92,7 @@ class ChatMessageIn(BaseModel):
 
 
 class ChatCompletionRequest(RequestBase):
-    # The embedded model has no tool-call format, so tools are refused rather than ignored.
-    unsupported_fields: ClassVar[tuple[str, ...]] = ("tools", "functions", "audio", "prediction")
+    unsupported_fields: ClassVar[tuple[str, ...]] = ("audio", "prediction")
 
     messages: list[ChatMessageIn] = Field(min_length=1)
     max_tokens: int | None = MaxTokensField
@@ -49,16 +101,61 @@ class ChatCompletionRequest(RequestBase):
     top_logprobs: int | None = Field(
         None, ge=0, le=MAX_LOGPROBS, description="Alternatives per token; needs logprobs."
     )
+    tools: list[Tool] | None = Field(None, max_length=128)
+    tool_choice: ToolChoice | None = Field(
+        None, description="none, auto (the default with tools), required, or a named function."
+    )
+    parallel_tool_calls: bool | None = Field(
+        None, description="Allow several calls in one answer (default true)."
+    )
+    # The legacy form of tools and tool_choice.
+    functions: list[FunctionDefinition] | None = Field(None, max_length=128)
+    function_call: FunctionCallChoice | None = None
 
     @model_validator(mode="after")
     def _check_chat(self) -> ChatCompletionRequest:
-        extra = self.model_extra or {}
-        for name in ("tool_choice", "function_call"):
-            if extra.get(name) not in NO_TOOL_CHOICES:
-                raise FieldError(name, "is not supported: this server serves no tools")
         if self.top_logprobs and not self.logprobs:
             raise FieldError("top_logprobs", "needs logprobs set to true")
+        if self.functions is not None and self.tools is not None:
+            raise FieldError("functions", "cannot be sent with tools; use tools")
+        tools, choice = self.tool_definitions(), self.effective_tool_choice()
+        names = [tool.name for tool in tools]
+        if len(set(names)) != len(names):
+            raise FieldError(self._tools_field, "names must be unique")
+        if choice not in (None, "none", "auto") and not tools:
+            named = choice.name if isinstance(choice, FunctionName) else choice
+            raise FieldError(self._choice_field, f"'{named}' needs {self._tools_field}")
+        if isinstance(choice, FunctionName) and choice.name not in names:
+            raise FieldError(self._choice_field, f"names no function in {self._tools_field}")
         return self
+
+    @property
+    def legacy_functions(self) -> bool:
+        """The request used `functions` (or `function_call`): calls come back as
+        `function_call`."""
+        return self.functions is not None or (self.function_call is not None and self.tools is None)
+
+    @property
+    def _tools_field(self) -> str:
+        return "functions" if self.legacy_functions else "tools"
+
+    @property
+    def _choice_field(self) -> str:
+        return "function_call" if self.legacy_functions else "tool_choice"
+
+    def tool_definitions(self) -> list[FunctionDefinition]:
+        if self.functions is not None:
+            return self.functions
+        return [tool.function for tool in self.tools or ()]
+
+    def effective_tool_choice(self) -> Literal["none", "auto", "required"] | FunctionName | None:
+        """The tool choice, legacy form mapped; None when there are no tools at all."""
+        choice: Any = self.function_call if self.legacy_functions else self.tool_choice
+        if isinstance(choice, NamedToolChoice):
+            choice = choice.function
+        if choice is None:
+            return "auto" if self.tool_definitions() else None
+        return choice  # type: ignore[no-any-return]
 
     def logprob_count(self) -> int | None:
         """Alternatives per token for the engine, or None without logprobs."""
@@ -84,17 +181,29 @@ class ChatLogprobs(BaseModel):
     refusal: list[TokenLogprobOut] | None = None
 
 
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: str | None = None
+    tool_calls: list[ToolCallOut] | None = Field(default=None, exclude_if=is_none)
+    # Answers to requests that used the legacy `functions`.
+    function_call: FunctionCall | None = Field(default=None, exclude_if=is_none)
+
+
+ChatFinishReason = Literal["stop", "length", "tool_calls", "function_call"]
 
 
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
     logprobs: ChatLogprobs | None = None
-    finish_reason: Literal["stop", "length"]
+    finish_reason: ChatFinishReason
 
 
 class ChatCompletion(BaseModel):
@@ -107,16 +216,33 @@ class ChatCompletion(BaseModel):
     specgate: RouteInfo
 
 
+class FunctionCallDelta(BaseModel):
+    name: str | None = Field(default=None, exclude_if=is_none)
+    arguments: str | None = Field(default=None, exclude_if=is_none)
+
+
+class ToolCallDeltaOut(BaseModel):
+    """A piece of a streamed call: index, id, type and name first, then argument fragments."""
+
+    index: int
+    id: str | None = Field(default=None, exclude_if=is_none)
+    type: Literal["function"] | None = Field(default=None, exclude_if=is_none)
+    function: FunctionCallDelta
+
+
 class ChatDelta(BaseModel):
-    role: Literal["assistant"] | None = None
-    content: str | None = None
+    # OpenAI leaves out delta fields that did not change (the role after the first).
+    role: Literal["assistant"] | None = Field(default=None, exclude_if=is_none)
+    content: str | None = Field(default=None, exclude_if=is_none)
+    tool_calls: list[ToolCallDeltaOut] | None = Field(default=None, exclude_if=is_none)
+    function_call: FunctionCallDelta | None = Field(default=None, exclude_if=is_none)
 
 
 class ChatChunkChoice(BaseModel):
     index: int
     delta: ChatDelta
     logprobs: ChatLogprobs | None = None
-    finish_reason: Literal["stop", "length"] | None = None
+    finish_reason: ChatFinishReason | None = None
 
 
 class ChatCompletionChunk(BaseModel):
@@ -126,4 +252,5 @@ class ChatCompletionChunk(BaseModel):
     model: str
     choices: list[ChatChunkChoice]
     usage: Usage | None = None
-    specgate: RouteInfo | None = None
+    # On the last content chunk and the usage chunk only.
+    specgate: RouteInfo | None = Field(default=None, exclude_if=is_none)

@@ -38,6 +38,11 @@ Text = Annotated[str, AfterValidator(_unicode_text)]
 Stop = Text | list[Text] | None
 
 
+def is_none(value: object) -> bool:
+    """For `exclude_if`: fields OpenAI leaves out rather than send as null."""
+    return value is None
+
+
 class FieldError(ValueError):
     """A check across fields failed; `param` names the field the client should fix."""
 
@@ -171,7 +176,9 @@ class Usage(BaseModel):
     completion_tokens: int
     total_tokens: int
     speculative_decoding: SpeculativeUsage | None = Field(
-        None, description="specgate extension: present when the speculative engine served."
+        None,
+        description="specgate extension: present when the speculative engine served.",
+        exclude_if=is_none,
     )
 
 
@@ -196,15 +203,6 @@ class RouteInfo(BaseModel):
     # For a request that could move between engines: where each part of it ran, and why.
     # `route` above is where it started (the x-specgate-route header's value).
     segments: list[RouteSegment] | None = None
-
-
-def dump(model: BaseModel) -> dict[str, Any]:
-    # Keep explicit nulls OpenAI requires (logprobs, refusal); drop our unset extensions.
-    data = model.model_dump(mode="json")
-    usage = data.get("usage")
-    if isinstance(usage, dict) and usage.get("speculative_decoding") is None:
-        usage.pop("speculative_decoding", None)
-    return data
 
 
 class ErrorDetail(BaseModel):

@@ -6,7 +6,15 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from app.schemas.common import MAX_LOGPROBS, FieldError, RequestBase, RouteInfo, Text, Usage
+from app.schemas.common import (
+    MAX_LOGPROBS,
+    FieldError,
+    RequestBase,
+    RouteInfo,
+    Text,
+    Usage,
+    is_none,
+)
 
 Prompt = Text | list[Text] | list[int] | list[list[int]]
 # Prompts in one request; each runs as its own engine request.
@@ -68,4 +76,5 @@ class Completion(BaseModel):
     model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
-    specgate: RouteInfo | None = None
+    # Always on a whole response; on a stream's last content chunk and usage chunk only.
+    specgate: RouteInfo | None = Field(default=None, exclude_if=is_none)

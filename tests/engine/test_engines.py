@@ -87,7 +87,7 @@ def test_the_speculative_engine_reports_acceptance(
         "draft_tokens": "specgate_spec_decode_draft_tokens_total",
         "accepted_tokens": "specgate_spec_decode_accepted_tokens_total",
     }
-    before = {key: server.metric(name, engine="speculative") for key, name in counters.items()}
+    before = {key: server.metric(name, route="speculative") for key, name in counters.items()}
     completion = sync_client.completions.create(
         model=MODEL, prompt=JSON_CONTINUATION, max_tokens=48, temperature=0,
         extra_headers={"X-Speculative": "on"},
@@ -102,17 +102,17 @@ def test_the_speculative_engine_reports_acceptance(
     # Drafting a copy of the prompt should mostly succeed.
     assert spec["acceptance_rate"] > 0.3
     for key, name in counters.items():
-        assert server.metric(name, engine="speculative") - before[key] == spec[key]
+        assert server.metric(name, route="speculative") - before[key] == spec[key]
 
 
 def test_metrics_count_requests_and_latency_by_engine(server: ServerProcess) -> None:
-    labels = {"endpoint": "chat", "engine": "plain", "workload_class": "open-ended"}
+    labels = {"endpoint": "chat", "route": "plain", "workload_class": "open-ended"}
     ok = server.metric("specgate_requests_total", **labels, outcome="ok")
     assert ok > 0
     for engine in ("speculative", "plain"):
         latency = "specgate_request_duration_seconds_count"
-        assert server.metric(latency, endpoint="completions", engine=engine) > 0
-        assert server.metric("specgate_engine_unfinished_requests", engine=engine) == 0
+        assert server.metric(latency, endpoint="completions", route=engine) > 0
+        assert server.metric("specgate_engine_unfinished_requests", route=engine) == 0
 
 
 def test_the_embedded_model_cache_is_reused(model_dir: Path, server: ServerProcess) -> None:

@@ -62,8 +62,8 @@ def test_fuzzed_requests_leave_the_engines_standing(server: ServerProcess, path:
     assert tally.statuses[200] > 0
     assert httpx.get(f"{server.base_url}/health", timeout=10).status_code == 200
     for route in ("speculative", "plain"):
-        assert server.metric("specgate_engine_unfinished_requests", engine=route) == 0
-        assert server.metric("specgate_requests_in_flight", engine=route) == 0
+        assert server.metric("specgate_engine_unfinished_requests", route=route) == 0
+        assert server.metric("specgate_requests_in_flight", route=route) == 0
 
 
 @pytest.mark.parametrize(

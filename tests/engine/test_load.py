@@ -50,7 +50,7 @@ def wait_until_idle(server: ServerProcess, limit: float = 30) -> float:
     started = time.monotonic()
     gauges = ("specgate_engine_unfinished_requests", "specgate_queued_requests")
     while time.monotonic() - started < limit:
-        if all(server.metric(g, engine=e) == 0 for g in gauges for e in ("speculative", "plain")):
+        if all(server.metric(g, route=e) == 0 for g in gauges for e in ("speculative", "plain")):
             return time.monotonic() - started
         time.sleep(0.1)
     raise AssertionError(f"engines still busy after {limit} s")
@@ -121,7 +121,7 @@ def test_clients_that_leave_free_their_engine_work(server: ServerProcess) -> Non
     aborted = sum(
         server.metric(
             "specgate_requests_total",
-            engine=e,
+            route=e,
             workload_class="code",
             endpoint="chat",
             outcome="aborted",

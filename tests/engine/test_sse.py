@@ -31,7 +31,7 @@ def test_raw_sse_framing(server: ServerProcess) -> None:
 
 
 def aborted_plain_requests(server: ServerProcess, endpoint: str) -> float:
-    labels = {"engine": "plain", "workload_class": "open-ended", "outcome": "aborted"}
+    labels = {"route": "plain", "workload_class": "open-ended", "outcome": "aborted"}
     return server.metric("specgate_requests_total", endpoint=endpoint, **labels)
 
 
@@ -39,7 +39,7 @@ def wait_for_abort(server: ServerProcess, endpoint: str, aborted_before: float) 
     """The plain engine drops the request, and specgate counts it as aborted, within 15 s."""
     deadline = time.monotonic() + 15
     while (
-        server.metric("specgate_engine_unfinished_requests", engine="plain") != 0
+        server.metric("specgate_engine_unfinished_requests", route="plain") != 0
         or aborted_plain_requests(server, endpoint) != aborted_before + 1
     ):
         assert time.monotonic() < deadline, "the engine kept generating for a departed client"
@@ -64,7 +64,7 @@ def test_a_client_disconnect_aborts_the_request_in_the_engine(server: ServerProc
         lines = response.iter_lines()
         received = [next(lines) for _ in range(6)]
         assert any(line.startswith("data: {") for line in received)
-        assert server.metric("specgate_engine_unfinished_requests", engine="plain") == 1
+        assert server.metric("specgate_engine_unfinished_requests", route="plain") == 1
     # The connection is closed: the engine must drop the request long before 1500 tokens.
     wait_for_abort(server, "chat", aborted_before)
 

@@ -47,10 +47,10 @@ def test_every_draft_length_gives_the_same_greedy_text(sync_client: OpenAI, k: i
 
 
 def test_the_plain_route_drafts_nothing(sync_client: OpenAI, server: ServerProcess) -> None:
-    before = server.metric(DRAFTS, engine="speculative")
+    before = server.metric(DRAFTS, route="speculative")
     text, _ = greedy(sync_client, "off")  # a prompt that drafts well on the speculative route
     assert text
-    assert server.metric(DRAFTS, engine="speculative") == before
+    assert server.metric(DRAFTS, route="speculative") == before
 
 
 def test_top_k_sampling_on_the_plain_route_keeps_the_engine_up(

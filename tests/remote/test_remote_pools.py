@@ -147,7 +147,7 @@ def test_a_client_disconnect_frees_the_upstream_request(site: Site) -> None:
         assert running_requests(site.plain) == 1
     deadline = time.monotonic() + 15
     while running_requests(site.plain) != 0 or site.gateway.metric(
-        "specgate_engine_unfinished_requests", engine="plain"
+        "specgate_engine_unfinished_requests", route="plain"
     ):
         assert time.monotonic() < deadline, "the upstream kept generating for a departed client"
         time.sleep(0.2)

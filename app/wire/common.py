@@ -1,15 +1,40 @@
-"""From a finished or running `Run` to the OpenAI usage block, route info and headers."""
+"""What every endpoint family reports the same way: usage, route info, headers, finishes."""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import AsyncIterator
+from typing import Literal, Protocol
 
-from app.engine.types import FinishReason, SpecDecodeStats
+from pydantic import BaseModel
+
+from app.engine.types import ChoiceDelta, FinishReason, SpecDecodeStats
 from app.generation import ChoiceResult, Run
-from app.logprobs import completion_logprobs, with_echo
-from app.routing.policy import RouteDecision
 from app.schemas.common import RouteInfo, RouteSegment, SpeculativeUsage, Usage
-from app.schemas.completions import CompletionChoice
+
+
+class WireShape(Protocol):
+    """One endpoint family's shapes for a run: its whole response, and its stream."""
+
+    def response(self, run: Run) -> BaseModel:
+        """The whole response of a finished run."""
+        ...
+
+    def sse(self, run: Run, include_usage: bool) -> AsyncIterator[dict[str, str]]:
+        """The run as server-sent events. Closing it early aborts the request."""
+        ...
+
+
+class ChunkShape(WireShape, Protocol):
+    """A family that streams chunks of its response (chat, completions), ended by [DONE]."""
+
+    def chunk(self, delta: ChoiceDelta, first: bool, run: Run) -> BaseModel | None:
+        """One choice's delta as a stream chunk (`first`: the choice's first), or None when
+        it has nothing to say yet."""
+        ...
+
+    def usage_chunk(self, run: Run) -> BaseModel:
+        """The stream's last chunk when usage was asked for: no choices, the usage."""
+        ...
 
 
 def speculative_usage(run: Run) -> SpeculativeUsage | None:
@@ -60,12 +85,13 @@ def route_info(run: Run) -> RouteInfo:
     )
 
 
-def route_headers(decision: RouteDecision, request_id: str) -> dict[str, str]:
+def route_headers(run: Run) -> dict[str, str]:
+    decision = run.decision
     return {
         "x-specgate-route": decision.route,
         "x-specgate-class": decision.workload_class.value,
         "x-specgate-reason": decision.reason,
-        "x-request-id": request_id,
+        "x-request-id": run.request_id,
     }
 
 
@@ -83,16 +109,3 @@ def finished_choices(run: Run) -> list[tuple[int, ChoiceResult, Literal["stop", 
         (index, choice, public_finish(choice.finish_reason) or "stop")
         for index, choice in sorted(run.choices.items())
     ]
-
-
-def completion_choice(
-    index: int, choice: ChoiceResult, finish: Literal["stop", "length"], *, with_logprobs: bool
-) -> CompletionChoice:
-    """A whole legacy-completions choice: the echoed prompt (if any), then the output."""
-    text, entries = with_echo(choice.echo, choice.text, choice.logprobs)
-    return CompletionChoice(
-        index=index,
-        text=text,
-        logprobs=completion_logprobs(entries) if with_logprobs else None,
-        finish_reason=finish,
-    )

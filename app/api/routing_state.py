@@ -16,8 +16,8 @@ router = APIRouter()
 @router.get("/v1/routing", summary="Routing rules and learned estimates", responses=ERRORS)
 async def routing_state(gateway: GatewayDep) -> dict[str, Any]:
     """The router's rules and its current estimates per workload class."""
-    rules = gateway.router.rules
-    learner = gateway.router.learner
+    rules = gateway.policy.rules
+    learner = gateway.policy.learner
     return {
         "rules": {
             "pins": {workload.value: route for workload, route in rules.pins.items()},

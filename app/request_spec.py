@@ -1,0 +1,24 @@
+"""What an endpoint asks of the gateway, in one value: the gateway decides, admits and starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.engine.types import Prompt, SamplingOptions
+from app.generation import Endpoint
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    endpoint: Endpoint
+    model: str
+    prompts: list[Prompt]
+    options: SamplingOptions
+    # The text the router classifies (token-id prompts have none: they route on sampling).
+    routing_text: str
+    # X-Speculative and X-Specgate-Move-After, as the client sent them.
+    route_header: str | None = None
+    move_after: int | None = None
+    # A chat request's function tools, in OpenAI's shape, for the chat template.
+    tools: tuple[dict[str, Any], ...] | None = None

@@ -1,0 +1,1 @@
+"""Wire shapes: one module per endpoint family, from a `Run` to OpenAI's bodies and chunks."""

@@ -1,0 +1,165 @@
+"""/v1/chat/completions on the wire: the completion, its chunks, and chat-shaped logprobs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Literal
+
+from app.engine.types import ChoiceDelta, TokenLogprob
+from app.generation import Run
+from app.schemas.chat import (
+    AssistantMessage,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatDelta,
+    ChatFinishReason,
+    ChatLogprobs,
+    FunctionCall,
+    FunctionCallDelta,
+    TokenLogprobOut,
+    ToolCallDeltaOut,
+    ToolCallOut,
+    TopLogprob,
+)
+from app.tool_calls import ToolCallDelta, ToolCallMode, ToolCallStream, parse_calls
+from app.wire.common import finished_choices, public_finish, route_info, usage
+from app.wire.sse import sse_events
+
+# What OpenAI reports for a token with no usable log probability.
+UNLIKELY = -9999.0
+
+
+class ChatShape:
+    """Chat completions; with a tool-call mode, each choice's output is read as calls."""
+
+    def __init__(
+        self, model: str, tool_mode: ToolCallMode | None = None, *, legacy_functions: bool = False
+    ) -> None:
+        self.model = model
+        self.tool_mode = tool_mode
+        # The request used `functions`: one call, as `function_call`.
+        self.legacy_functions = legacy_functions
+        self._streams: dict[int, ToolCallStream] = {}
+
+    def response(self, run: Run) -> ChatCompletion:
+        return ChatCompletion(
+            id=run.request_id,
+            created=run.created,
+            model=self.model,
+            choices=[
+                ChatChoice(
+                    index=index,
+                    message=self._message(choice.text),
+                    logprobs=chat_logprobs(choice.logprobs),
+                    finish_reason=self._finish(finish) or finish,
+                )
+                for index, choice, finish in finished_choices(run)
+            ],
+            usage=usage(run),
+            specgate=route_info(run),
+        )
+
+    def chunk(self, delta: ChoiceDelta, first: bool, run: Run) -> ChatCompletionChunk | None:
+        # OpenAI announces the role once, in each choice's first chunk.
+        role: Literal["assistant"] | None = "assistant" if first else None
+        finish = self._finish(public_finish(delta.finish_reason))
+        if self.tool_mode is None:
+            content = ChatDelta(role=role, content=delta.text)
+        else:
+            stream = self._streams.setdefault(delta.index, ToolCallStream(self.tool_mode))
+            calls = stream.feed(delta.text)
+            if not calls and not first and finish is None:
+                return None  # nothing to say yet: a call's name comes with its whole item
+            content = self._call_delta(role, calls)
+        return ChatCompletionChunk(
+            id=run.request_id,
+            created=run.created,
+            model=self.model,
+            choices=[
+                ChatChunkChoice(
+                    index=delta.index,
+                    delta=content,
+                    logprobs=chat_logprobs(delta.logprobs),
+                    finish_reason=finish,
+                )
+            ],
+        )
+
+    def _message(self, text: str) -> AssistantMessage:
+        if self.tool_mode is None:
+            return AssistantMessage(content=text)
+        calls = parse_calls(self.tool_mode, text)
+        if self.legacy_functions:
+            call = calls[0] if calls else None
+            function = FunctionCall(name=call.name, arguments=call.arguments) if call else None
+            return AssistantMessage(content=None, function_call=function)
+        return AssistantMessage(
+            content=None,
+            tool_calls=[
+                ToolCallOut(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
+                for c in calls
+            ],
+        )
+
+    def _call_delta(
+        self, role: Literal["assistant"] | None, calls: list[ToolCallDelta]
+    ) -> ChatDelta:
+        if self.legacy_functions:
+            function = None
+            if calls:
+                arguments = "".join(call.arguments for call in calls)
+                function = FunctionCallDelta(name=calls[0].name, arguments=arguments)
+            return ChatDelta(role=role, function_call=function)
+        return ChatDelta(
+            role=role,
+            tool_calls=[
+                ToolCallDeltaOut(
+                    index=call.index,
+                    id=call.id,
+                    type="function" if call.id is not None else None,
+                    function=FunctionCallDelta(name=call.name, arguments=call.arguments),
+                )
+                for call in calls
+            ]
+            or None,
+        )
+
+    def _finish(self, finish: Literal["stop", "length"] | None) -> ChatFinishReason | None:
+        # A constrained output that ended by itself is complete calls.
+        if self.tool_mode is None or finish != "stop":
+            return finish
+        return "function_call" if self.legacy_functions else "tool_calls"
+
+    def sse(self, run: Run, include_usage: bool) -> AsyncIterator[dict[str, str]]:
+        return sse_events(run, self, include_usage)
+
+    def usage_chunk(self, run: Run) -> ChatCompletionChunk:
+        return ChatCompletionChunk(
+            id=run.request_id,
+            created=run.created,
+            model=self.model,
+            choices=[],
+            usage=usage(run),
+            specgate=route_info(run),
+        )
+
+
+def chat_logprobs(entries: Sequence[TokenLogprob] | None) -> ChatLogprobs | None:
+    if entries is None:
+        return None
+    return ChatLogprobs(
+        content=[
+            TokenLogprobOut(
+                token=entry.token,
+                logprob=UNLIKELY if entry.logprob is None else entry.logprob,
+                bytes=list(entry.token.encode()),
+                top_logprobs=[
+                    TopLogprob(token=token, logprob=logprob, bytes=list(token.encode()))
+                    for token, logprob in entry.top
+                ],
+            )
+            for entry in entries
+        ]
+    )

@@ -1,0 +1,65 @@
+"""A run's chunks as SSE events, ending with `data: [DONE]`.
+
+By the time a stream starts the request has been validated and its first step produced
+(see `Run.start`). A failure after that can no longer change the status code, so it goes
+out as a `data: {"error": ...}` event, followed by [DONE].
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import BaseModel
+
+from app.errors import SpecgateError, error_body
+from app.generation import Run
+from app.wire.common import ChunkShape, route_info
+
+logger = logging.getLogger("specgate.streaming")
+
+DONE = "[DONE]"
+
+
+async def sse_events(
+    run: Run, shape: ChunkShape, include_usage: bool
+) -> AsyncIterator[dict[str, str]]:
+    """The SSE events of one streamed response. Closing it early aborts the request."""
+    started: set[int] = set()
+    try:
+        async for step in run.steps():
+            chunks: list[Any] = []
+            for delta in step.choices:
+                if not delta.text and delta.finish_reason is None and delta.index in started:
+                    continue
+                chunk = shape.chunk(delta, delta.index not in started, run)
+                started.add(delta.index)
+                if chunk is not None:
+                    chunks.append(chunk)
+            if run.finished and chunks:
+                # The last content chunk says who served the request, for clients without usage.
+                chunks[-1].specgate = route_info(run)
+            for chunk in chunks:
+                yield _event(chunk, include_usage)
+        if include_usage:
+            yield _event(shape.usage_chunk(run), include_usage)
+    except SpecgateError as exc:
+        yield _error_event(exc.body())
+    except Exception:
+        logger.exception("stream failed")
+        yield _error_event(error_body("internal error while streaming", "server_error"))
+    finally:
+        await run.close()
+    yield {"data": DONE}
+
+
+def _error_event(body: dict[str, Any]) -> dict[str, str]:
+    return {"data": json.dumps(body, separators=(",", ":"))}
+
+
+def _event(chunk: BaseModel, include_usage: bool) -> dict[str, str]:
+    # OpenAI: with include_usage every chunk carries "usage": null until the last one, which
+    # has the figures; without it, no chunk has the field.
+    return {"data": chunk.model_dump_json(exclude=None if include_usage else {"usage"})}
