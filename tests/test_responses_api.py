@@ -4,19 +4,17 @@ OpenAI's schema, function tools, stored responses, refusals, and the real SDK.""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
 from openai import AsyncOpenAI
 
-from app.engine.fake import FakeEngine
-from app.engine.types import GenerationRequest
-from app.main import create_app
 from app.settings import Settings
 from tests.conftest import MODEL
 from tests.openai_schema import violations
+from tests.scripted_site import ScriptedSite as Site
+from tests.scripted_site import scripted_site
 
 RESPONSES = "/v1/responses"
 TEXT = [" Paris", " is", " sunny", "."]
@@ -32,31 +30,10 @@ WEATHER = {
 }
 
 
-class Site:
-    def __init__(self) -> None:
-        self.output: list[str] = TEXT
-        self.engines = {
-            route: FakeEngine(route, script=self.script) for route in ("speculative", "plain")
-        }
-        self.client: httpx.AsyncClient
-
-    def script(self, request: GenerationRequest, index: int) -> Iterable[str]:
-        return self.output
-
-    def prompts(self) -> list[Any]:
-        return [r.prompt for engine in self.engines.values() for r in engine.requests]
-
-
 @pytest.fixture
 async def site() -> AsyncIterator[Site]:
-    site = Site()
-    settings = Settings(routing_exploration=0, responses_store_size=2)
-    app = create_app(settings, site.engines)  # type: ignore[arg-type]
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://specgate") as client:
-            site.client = client
-            yield site
+    async with scripted_site(TEXT, Settings(routing_exploration=0, responses_store_size=2)) as site:
+        yield site
 
 
 async def create(site: Site, **fields: Any) -> dict[str, Any]:

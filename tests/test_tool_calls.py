@@ -4,21 +4,19 @@ required calls, streamed as OpenAI streams them, the legacy functions, and the r
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 from openai import AsyncOpenAI
 
-from app.engine.fake import FakeEngine
-from app.engine.types import GenerationRequest
-from app.main import create_app
-from app.settings import Settings
 from app.tool_calls import Function, ToolCallMode, ToolCallStream, parse_calls
 from tests.conftest import MODEL
 from tests.openai_schema import CHAT as CHAT_RESPONSE
 from tests.openai_schema import CHAT_CHUNK, violations
+from tests.scripted_site import ScriptedSite as Site
+from tests.scripted_site import scripted_site
 
 CHAT = "/v1/chat/completions"
 JSON = {"type": "json_object"}
@@ -44,30 +42,10 @@ REQUIRED_OUTPUT = [
 ]
 
 
-class Site:
-    def __init__(self) -> None:
-        self.output: list[str] = NAMED_OUTPUT
-        self.engines = {
-            route: FakeEngine(route, script=self.script) for route in ("speculative", "plain")
-        }
-        self.client: httpx.AsyncClient
-
-    def script(self, request: GenerationRequest, index: int) -> Iterable[str]:
-        return self.output
-
-    def requests(self) -> list[GenerationRequest]:
-        return [r for engine in self.engines.values() for r in engine.requests]
-
-
 @pytest.fixture
 async def site() -> AsyncIterator[Site]:
-    site = Site()
-    app = create_app(Settings(routing_exploration=0), site.engines)  # type: ignore[arg-type]
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://specgate") as client:
-            site.client = client
-            yield site
+    async with scripted_site(NAMED_OUTPUT) as site:
+        yield site
 
 
 def chat(**fields: Any) -> dict[str, Any]:

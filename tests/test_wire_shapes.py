@@ -4,36 +4,26 @@ trimming, streamed and not, each body and chunk checked against OpenAI's schema.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
-from app.engine.fake import FakeEngine
-from app.engine.types import GenerationRequest
-from app.main import create_app
-from app.settings import Settings
 from tests.conftest import MODEL
 from tests.openai_schema import CHAT as CHAT_RESPONSE
 from tests.openai_schema import CHAT_CHUNK, COMPLETION, COMPLETION_CHUNK, violations
+from tests.scripted_site import scripted_site
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 TOKENS = [" The", " cat", " sat", ".", " END", " never"]
 
 
-def scripted(request: GenerationRequest, index: int) -> list[str]:
-    return TOKENS
-
-
 @pytest.fixture
-async def client() -> Any:
-    engines = {route: FakeEngine(route, script=scripted) for route in ("speculative", "plain")}
-    app = create_app(Settings(routing_exploration=0), engines)  # type: ignore[arg-type]
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://specgate") as client:
-            yield client
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with scripted_site(TOKENS) as site:
+        yield site.client
 
 
 async def chunks_of(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> list[Any]:
