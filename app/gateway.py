@@ -40,6 +40,7 @@ from app.routing.policy import (
 )
 from app.routing.shadow_drafter import NgramConfig
 from app.switching import MoveContext, Mover, not_movable
+from app.tool_calls import CallParsers
 
 logger = logging.getLogger("specgate.requests")
 
@@ -63,6 +64,8 @@ class Gateway:
     # The speculative engine's K: the longest draft length a client may ask for.
     max_draft_length: int | None = None
     in_flight: InFlight = field(default_factory=InFlight)
+    # Parsers for calls a model writes in its own format ("auto" tool choice), if enabled.
+    call_parsers: CallParsers | None = None
     # Stored responses of /v1/responses (previous_response_id, GET /v1/responses/{id}).
     responses: ResponseStore = field(default_factory=lambda: ResponseStore(1000))
     # Runs streaming now, with the output they are expected to produce in all.

@@ -23,6 +23,7 @@ from app.routing.learner import Learner
 from app.routing.policy import RoutePolicy, RoutingRules
 from app.routing.shadow_drafter import NgramConfig
 from app.settings import Settings
+from app.tool_calls import CallParsers
 
 
 def build_route_policy(settings: Settings) -> RoutePolicy:
@@ -60,8 +61,20 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         shadow=shadow_config(settings, engines),
         mid_stream=settings.routing_mid_stream == "on",
         max_draft_length=max_draft_length(settings),
+        call_parsers=call_parsers(settings, engines),
         responses=ResponseStore(settings.responses_store_size),
     )
+
+
+def call_parsers(settings: Settings, engines: Mapping[Route, Engine]) -> CallParsers | None:
+    """vLLM's tool-call parser for "auto", with an embedded engine's tokenizer if there is one."""
+    if not settings.enable_auto_tool_choice or settings.tool_call_parser is None:
+        return None
+    # Imported only when asked for: it imports vLLM, which an all-remote gateway never loads.
+    from app.engine.tool_parser import AutoToolParsing
+
+    tokenizers = (getattr(engine, "tokenizer", None) for engine in engines.values())
+    return AutoToolParsing(settings.tool_call_parser, next((t for t in tokenizers if t), None))
 
 
 def max_draft_length(settings: Settings) -> int | None:

@@ -177,6 +177,16 @@ class Settings(BaseSettings):
         30.0, gt=0, description="A queued request waiting longer gets a 503 with Retry-After."
     )
 
+    enable_auto_tool_choice: bool = Field(
+        False,
+        description="Serve tool_choice 'auto' (the default with tools): the model writes calls "
+        "in its own format and --tool-call-parser reads them, as vLLM's flag of this name.",
+    )
+    tool_call_parser: str | None = Field(
+        None,
+        description="vLLM's tool-call parser for the model's format (hermes, llama3_json, "
+        "mistral, ...), for --enable-auto-tool-choice.",
+    )
     responses_store_size: int = Field(
         1000,
         ge=0,
@@ -288,6 +298,8 @@ class Settings(BaseSettings):
             self.api_keys()
         except OSError as exc:
             raise ValueError(f"cannot read --api-key-file: {exc}") from exc
+        if self.enable_auto_tool_choice and not self.tool_call_parser:
+            raise ValueError("--enable-auto-tool-choice needs --tool-call-parser NAME")
         from app.routing.classify import WorkloadClass
 
         known = {workload.value for workload in WorkloadClass}

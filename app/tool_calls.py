@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from app.errors import InvalidRequestError
 
@@ -82,6 +82,24 @@ class ToolCallDelta:
     name: str | None = None
 
 
+class CallParser(Protocol):
+    """Reads calls a model wrote in its own format, for "auto" (app/engine/tool_parser.py)."""
+
+    def parse(self, text: str) -> tuple[str | None, list[ToolCall]]:
+        """A whole output: its text (None when only calls), and its calls."""
+        ...
+
+    def feed(self, delta: str) -> tuple[str | None, list[ToolCallDelta]]:
+        """The next piece of a streamed output: text to send, and pieces of calls."""
+        ...
+
+
+class CallParsers(Protocol):
+    def new(self, tools: list[dict[str, Any]]) -> CallParser:
+        """A parser for one choice of one request."""
+        ...
+
+
 def tool_call_mode(
     choice: str | None,
     functions: tuple[Function, ...],
@@ -89,19 +107,22 @@ def tool_call_mode(
     named: str | None = None,
     parallel: bool = True,
     field: str = "tool_choice",
+    parser: bool = False,
 ) -> ToolCallMode | None:
     """The constraint for a tool choice ("none", "auto", "required", or a `named` function);
-    None for free text. `field` names the request field in errors."""
+    None for free text (and for "auto" when a `parser` reads the calls from the text).
+    `field` names the request field in errors."""
     if named is not None:
         return ToolCallMode("named", tuple(f for f in functions if f.name == named))
-    if choice is None or choice == "none" or not functions:
+    if choice is None or choice == "none" or not functions or (choice == "auto" and parser):
         return None
     if choice == "auto":
         # As vLLM's server: choosing between text and a call needs the model's own format.
         raise InvalidRequestError(
             f'"auto" {field} needs a model that writes tool calls in a format of its own, '
-            'and this server has no tool-call parser for it; send "required" or name a '
-            "function, which this server constrains to valid calls",
+            "and a parser for it: start specgate with --enable-auto-tool-choice "
+            '--tool-call-parser NAME, or send "required" or name a function, which this '
+            "server constrains to valid calls",
             param=field,
         )
     return ToolCallMode("required", functions, parallel)

@@ -11,6 +11,9 @@ import httpx
 import pytest
 from openai import AsyncOpenAI
 
+from app.engine.fake import FakeEngine
+from app.main import create_app
+from app.settings import Settings
 from app.tool_calls import Function, ToolCallMode, ToolCallStream, parse_calls
 from tests.conftest import MODEL
 from tests.openai_schema import CHAT as CHAT_RESPONSE
@@ -205,3 +208,60 @@ def test_a_cut_off_required_output_keeps_its_whole_calls() -> None:
     stream = ToolCallStream(mode)
     pieces = [stream.feed(char) for char in text]
     assert [d.name for piece in pieces for d in piece] == ["a"]
+
+
+HERMES_OUTPUT = ["Let", " me", " check", ". ", "<tool_", "call>", '{"name": "get_weather", ',
+                 '"arguments": {"city": "Paris"}}', "</tool_call>"]  # fmt: skip
+AUTO = Settings(routing_exploration=0, enable_auto_tool_choice=True, tool_call_parser="hermes")
+
+
+@pytest.fixture
+async def auto_site() -> AsyncIterator[Site]:
+    async with scripted_site(HERMES_OUTPUT, AUTO) as site:
+        yield site
+
+
+async def test_auto_reads_calls_in_the_models_own_format(auto_site: Site) -> None:
+    body = chat(tools=[WEATHER])  # "auto" by default
+    response = await auto_site.client.post(CHAT, json=body)
+    assert response.status_code == 200, response.text
+    whole = response.json()
+    assert violations(whole, CHAT_RESPONSE) == []
+    choice = whole["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["content"] == "Let me check. "
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    # Not constrained: the model chose to call.
+    assert auto_site.requests()[0].options.json_schema is None
+    chunks = await streamed(auto_site.client, body)
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert "".join(d.get("content") or "" for d in deltas) == "Let me check. "
+    pieces = [call for d in deltas for call in d.get("tool_calls", [])]
+    assert pieces[0]["function"]["name"] == "get_weather" and pieces[0]["id"]
+    arguments = "".join(p["function"].get("arguments", "") for p in pieces)
+    assert json.loads(arguments) == {"city": "Paris"}
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+async def test_auto_without_a_call_is_text(auto_site: Site) -> None:
+    auto_site.output = ["It", " is", " sunny", "."]
+    body = chat(tools=[WEATHER], tool_choice="auto")
+    choice = (await auto_site.client.post(CHAT, json=body)).json()["choices"][0]
+    assert (choice["message"]["content"], choice["finish_reason"]) == ("It is sunny.", "stop")
+    assert "tool_calls" not in choice["message"]
+    chunks = await streamed(auto_site.client, body)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == "It is sunny." and chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_auto_tool_choice_needs_a_known_parser() -> None:
+    with pytest.raises(ValueError, match="--tool-call-parser"):
+        Settings(enable_auto_tool_choice=True)
+    settings = Settings(enable_auto_tool_choice=True, tool_call_parser="nope")
+    engines = {route: FakeEngine(route) for route in ("speculative", "plain")}
+    app = create_app(settings, engines)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not one of vLLM's"):
+        async with app.router.lifespan_context(app):
+            pass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -15,7 +16,14 @@ from app.engine.types import ChatMessage
 from app.errors import InvalidRequestError
 from app.request_spec import RequestSpec
 from app.schemas.chat import ChatCompletion, ChatCompletionRequest, ChatMessageIn, FunctionName
-from app.tool_calls import ANY_OBJECT, Function, ToolCallMode, tool_call_mode
+from app.tool_calls import (
+    ANY_OBJECT,
+    CallParser,
+    CallParsers,
+    Function,
+    ToolCallMode,
+    tool_call_mode,
+)
 from app.wire.chat import ChatShape
 
 router = APIRouter()
@@ -39,12 +47,17 @@ async def create_chat_completion(
     x_specgate_move_after: MoveAfterHeader = None,
 ) -> Response:
     """Create a chat completion, streamed over SSE when `stream` is true."""
-    mode = chat_tool_mode(body)
-    run = await gateway.open(chat_spec(body, mode, x_speculative, x_specgate_move_after))
+    mode = chat_tool_mode(body, parser=gateway.call_parsers is not None)
+    spec = chat_spec(body, mode, x_speculative, x_specgate_move_after)
     return await respond(
-        run,
+        await gateway.open(spec),
         request,
-        ChatShape(gateway.model_id, mode, legacy_functions=body.legacy_functions),
+        ChatShape(
+            gateway.model_id,
+            mode,
+            legacy_functions=body.legacy_functions,
+            call_parser=auto_call_parser(gateway.call_parsers, body, spec),
+        ),
         stream=body.stream,
         stream_options=body.stream_options,
         shutdown_grace_seconds=gateway.shutdown_grace_seconds,
@@ -83,7 +96,17 @@ def chat_spec(
     )
 
 
-def chat_tool_mode(body: ChatCompletionRequest) -> ToolCallMode | None:
+def auto_call_parser(
+    parsers: CallParsers | None, body: ChatCompletionRequest, spec: RequestSpec
+) -> Callable[[], CallParser] | None:
+    """For "auto" with a parser: a new parser per choice, over the request's tools."""
+    if parsers is None or body.effective_tool_choice() != "auto" or not spec.tools:
+        return None
+    tools = list(spec.tools)
+    return lambda: parsers.new(tools)
+
+
+def chat_tool_mode(body: ChatCompletionRequest, parser: bool = False) -> ToolCallMode | None:
     """The constraint for a required or named tool call; None for free text."""
     choice = body.effective_tool_choice()
     functions = tuple(
@@ -97,6 +120,7 @@ def chat_tool_mode(body: ChatCompletionRequest) -> ToolCallMode | None:
         # The legacy API makes one call at a time.
         parallel=body.parallel_tool_calls is not False and not body.legacy_functions,
         field="function_call" if body.legacy_functions else "tool_choice",
+        parser=parser,
     )
 
 

@@ -185,6 +185,11 @@ class VllmEngine:
             with contextlib.suppress(Exception):
                 await self._llm.abort(request_id)
 
+    @property
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (tool-call parsers read its special tokens)."""
+        return self._tokenizer
+
     def refusal(self, options: SamplingOptions) -> Refusal | None:
         # A request that drafts cannot have some sampling fields; on the plain route of
         # --engine-layout one a request never drafts (see RouteView).

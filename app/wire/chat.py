@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Literal
 
 from app.engine.types import ChoiceDelta, TokenLogprob
@@ -23,7 +23,14 @@ from app.schemas.chat import (
     ToolCallOut,
     TopLogprob,
 )
-from app.tool_calls import ToolCallDelta, ToolCallMode, ToolCallStream, parse_calls
+from app.tool_calls import (
+    CallParser,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallMode,
+    ToolCallStream,
+    parse_calls,
+)
 from app.wire.common import finished_choices, public_finish, route_info, usage
 from app.wire.sse import sse_events
 
@@ -35,13 +42,22 @@ class ChatShape:
     """Chat completions; with a tool-call mode, each choice's output is read as calls."""
 
     def __init__(
-        self, model: str, tool_mode: ToolCallMode | None = None, *, legacy_functions: bool = False
+        self,
+        model: str,
+        tool_mode: ToolCallMode | None = None,
+        *,
+        legacy_functions: bool = False,
+        call_parser: Callable[[], CallParser] | None = None,
     ) -> None:
         self.model = model
         self.tool_mode = tool_mode
         # The request used `functions`: one call, as `function_call`.
         self.legacy_functions = legacy_functions
+        # "auto": a new parser per choice reads calls the model wrote in its own format.
+        self.call_parser = call_parser
         self._streams: dict[int, ToolCallStream] = {}
+        self._parsers: dict[int, CallParser] = {}
+        self._called: set[int] = set()
 
     def response(self, run: Run) -> ChatCompletion:
         return ChatCompletion(
@@ -49,23 +65,50 @@ class ChatShape:
             created=run.created,
             model=self.model,
             choices=[
-                ChatChoice(
-                    index=index,
-                    message=self._message(choice.text),
-                    logprobs=chat_logprobs(choice.logprobs),
-                    finish_reason=self._finish(finish) or finish,
-                )
+                self._choice(index, choice.text, chat_logprobs(choice.logprobs), finish)
                 for index, choice, finish in finished_choices(run)
             ],
             usage=usage(run),
             specgate=route_info(run),
         )
 
+    def _choice(
+        self,
+        index: int,
+        text: str,
+        logprobs: ChatLogprobs | None,
+        finish: Literal["stop", "length"],
+    ) -> ChatChoice:
+        if self.call_parser is not None:
+            content, calls = self.call_parser().parse(text)
+            if calls:
+                message = AssistantMessage(content=content, tool_calls=_calls_out(calls))
+                reason: ChatFinishReason = "tool_calls" if finish == "stop" else finish
+                return ChatChoice(
+                    index=index, message=message, logprobs=logprobs, finish_reason=reason
+                )
+        return ChatChoice(
+            index=index,
+            message=self._message(text),
+            logprobs=logprobs,
+            finish_reason=self._finish(finish) or finish,
+        )
+
     def chunk(self, delta: ChoiceDelta, first: bool, run: Run) -> ChatCompletionChunk | None:
         # OpenAI announces the role once, in each choice's first chunk.
         role: Literal["assistant"] | None = "assistant" if first else None
         finish = self._finish(public_finish(delta.finish_reason))
-        if self.tool_mode is None:
+        if self.call_parser is not None:
+            parser = self._parsers.setdefault(delta.index, self.call_parser())
+            text, calls = parser.feed(delta.text)
+            if calls:
+                self._called.add(delta.index)
+            if finish == "stop" and delta.index in self._called:
+                finish = "tool_calls"
+            if text is None and not calls and not first and finish is None:
+                return None  # held back: it may start a call
+            content = ChatDelta(role=role, content=text, tool_calls=_call_deltas(calls) or None)
+        elif self.tool_mode is None:
             content = ChatDelta(role=role, content=delta.text)
         else:
             stream = self._streams.setdefault(delta.index, ToolCallStream(self.tool_mode))
@@ -95,13 +138,7 @@ class ChatShape:
             call = calls[0] if calls else None
             function = FunctionCall(name=call.name, arguments=call.arguments) if call else None
             return AssistantMessage(content=None, function_call=function)
-        return AssistantMessage(
-            content=None,
-            tool_calls=[
-                ToolCallOut(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
-                for c in calls
-            ],
-        )
+        return AssistantMessage(content=None, tool_calls=_calls_out(calls))
 
     def _call_delta(
         self, role: Literal["assistant"] | None, calls: list[ToolCallDelta]
@@ -112,19 +149,7 @@ class ChatShape:
                 arguments = "".join(call.arguments for call in calls)
                 function = FunctionCallDelta(name=calls[0].name, arguments=arguments)
             return ChatDelta(role=role, function_call=function)
-        return ChatDelta(
-            role=role,
-            tool_calls=[
-                ToolCallDeltaOut(
-                    index=call.index,
-                    id=call.id,
-                    type="function" if call.id is not None else None,
-                    function=FunctionCallDelta(name=call.name, arguments=call.arguments),
-                )
-                for call in calls
-            ]
-            or None,
-        )
+        return ChatDelta(role=role, tool_calls=_call_deltas(calls) or None)
 
     def _finish(self, finish: Literal["stop", "length"] | None) -> ChatFinishReason | None:
         # A constrained output that ended by itself is complete calls.
@@ -144,6 +169,25 @@ class ChatShape:
             usage=usage(run),
             specgate=route_info(run),
         )
+
+
+def _calls_out(calls: list[ToolCall]) -> list[ToolCallOut]:
+    return [
+        ToolCallOut(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
+        for c in calls
+    ]
+
+
+def _call_deltas(calls: list[ToolCallDelta]) -> list[ToolCallDeltaOut]:
+    return [
+        ToolCallDeltaOut(
+            index=call.index,
+            id=call.id,
+            type="function" if call.id is not None else None,
+            function=FunctionCallDelta(name=call.name, arguments=call.arguments),
+        )
+        for call in calls
+    ]
 
 
 def chat_logprobs(entries: Sequence[TokenLogprob] | None) -> ChatLogprobs | None:
