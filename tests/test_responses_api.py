@@ -148,7 +148,7 @@ async def test_stored_responses_chain_and_are_bounded(site: Site) -> None:
         ({"background": True}, "background"),
         ({"conversation": "conv_1"}, "conversation"),
         ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
-        ({"tools": [WEATHER]}, "tool_choice"),  # auto by default: needs a parser
+        ({"tools": [WEATHER]}, "tool_choice"),  # auto by default: needs a parser here
         ({"tool_choice": "required"}, "tool_choice"),
         ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
     ],
@@ -189,3 +189,24 @@ async def test_calls_and_outputs_in_the_input_become_tool_turns(site: Site) -> N
     assert [turn["role"] for turn in turns] == ["user", "assistant", "tool", "tool"]
     # Parallel calls are one assistant turn, as chat templates expect them.
     assert [c["id"] for c in turns[1]["tool_calls"]] == ["call_Paris", "call_Rome"]
+
+
+HERMES = ["Checking", ". ", "<tool_call>", '{"name": "get_weather", "arguments": ',
+          '{"city": "Paris"}}', "</tool_call>"]  # fmt: skip
+
+
+async def test_auto_with_a_parser_gives_text_and_calls() -> None:
+    settings = Settings(enable_auto_tool_choice=True, tool_call_parser="hermes")
+    async with scripted_site(HERMES, settings) as site:
+        body = await create(site, input="Weather in Paris?", tools=[WEATHER])
+        message, call = body["output"]
+        assert message["content"][0]["text"] == "Checking. "
+        assert call["type"] == "function_call" and call["name"] == "get_weather"
+        assert json.loads(call["arguments"]) == {"city": "Paris"}
+        data = await events(site, input="Weather in Paris?", tools=[WEATHER])
+        added = [e["output_index"] for e in data if e["type"] == "response.output_item.added"]
+        assert added == [0, 1]
+        final = data[-1]["response"]["output"]
+        assert [item["type"] for item in final] == ["message", "function_call"]
+        assert json.loads(final[1]["arguments"]) == {"city": "Paris"}
+        assert final[0]["content"][0]["text"] == "Checking. "

@@ -45,8 +45,14 @@ async def create_response(
     """Create a response, streamed as typed SSE events when `stream` is true."""
     history = previous_turns(gateway, body.previous_response_id)
     turns = [*history, *input_turns(body)]
-    mode = responses_tool_mode(body)
-    run = await gateway.open(response_spec(body, turns, mode, x_speculative, x_specgate_move_after))
+    parsers = gateway.call_parsers
+    mode = responses_tool_mode(body, parser=parsers is not None)
+    spec = response_spec(body, turns, mode, x_speculative, x_specgate_move_after)
+    run = await gateway.open(spec)
+    call_parser = None
+    if parsers is not None and mode is None and body.tool_choice in (None, "auto") and spec.tools:
+        tools = list(spec.tools)
+        call_parser = lambda: parsers.new(tools)  # noqa: E731  # one parser per stream
 
     def store(response: ResponseObject) -> None:
         if body.store:
@@ -56,7 +62,7 @@ async def create_response(
     return await respond(
         run,
         request,
-        ResponsesShape(body, gateway.model_id, mode, on_done=store),
+        ResponsesShape(body, gateway.model_id, mode, on_done=store, call_parser=call_parser),
         stream=body.stream,
         stream_options=None,
         shutdown_grace_seconds=gateway.shutdown_grace_seconds,
@@ -129,7 +135,7 @@ def output_turns(response: ResponseObject) -> list[ChatMessage]:
     return [turn]
 
 
-def responses_tool_mode(body: ResponseRequest) -> ToolCallMode | None:
+def responses_tool_mode(body: ResponseRequest, parser: bool = False) -> ToolCallMode | None:
     functions = tuple(
         Function(tool.name, tool.parameters if tool.parameters is not None else dict(ANY_OBJECT))
         for tool in body.function_tools()
@@ -142,6 +148,7 @@ def responses_tool_mode(body: ResponseRequest) -> ToolCallMode | None:
         functions,
         named=choice.name if isinstance(choice, ToolChoiceFunction) else None,
         parallel=body.parallel_tool_calls is not False,
+        parser=parser,
     )
 
 

@@ -31,7 +31,14 @@ from app.schemas.responses import (
     ResponseUsage,
     TextConfig,
 )
-from app.tool_calls import ToolCallMode, ToolCallStream, parse_calls
+from app.tool_calls import (
+    CallParser,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallMode,
+    ToolCallStream,
+    parse_calls,
+)
 from app.wire.common import route_info, speculative_usage
 
 logger = logging.getLogger("specgate.streaming")
@@ -48,10 +55,13 @@ class ResponsesShape:
         model: str,
         tool_mode: ToolCallMode | None,
         on_done: Callable[[ResponseObject], None] = lambda response: None,
+        call_parser: Callable[[], CallParser] | None = None,
     ) -> None:
         self.body = body
         self.model = model
         self.tool_mode = tool_mode
+        # "auto" with a parser: text and calls the model wrote in its own format.
+        self.call_parser = call_parser
         # Called with the final response (to store it), streamed or not.
         self.on_done = on_done
         self._message_id = item_id("msg")
@@ -69,19 +79,18 @@ class ResponsesShape:
 
     def _output(self, text: str, cut: bool) -> list[OutputItem]:
         status: Literal["incomplete", "completed"] = "incomplete" if cut else "completed"
-        if self.tool_mode is None:
-            part = OutputText(text=text)
-            return [OutputMessage(id=self._message_id, status=status, content=[part])]
-        return [
-            FunctionCallItem(
-                id=item_id("fc"),
-                call_id=call.id,
-                name=call.name,
-                arguments=call.arguments,
-                status="completed",
-            )
-            for call in parse_calls(self.tool_mode, text)
-        ]
+        if self.tool_mode is not None:
+            return [_call_item(call) for call in parse_calls(self.tool_mode, text)]
+        if self.call_parser is not None:
+            content, calls = self.call_parser().parse(text)
+            items: list[OutputItem] = [_call_item(call) for call in calls]
+            if content or not calls:
+                items.insert(0, self._message(content or "", status))
+            return items
+        return [self._message(text, status)]
+
+    def _message(self, text: str, status: Literal["incomplete", "completed"]) -> OutputMessage:
+        return OutputMessage(id=self._message_id, status=status, content=[OutputText(text=text)])
 
     def _object(self, run: Run, status: Any, output: list[OutputItem]) -> ResponseObject:
         body = self.body
@@ -123,22 +132,35 @@ class ResponsesShape:
     async def sse(self, run: Run, include_usage: bool = False) -> AsyncIterator[dict[str, str]]:
         """The typed events of a streamed response. Closing it early aborts the request."""
         events = _Events()
+        text = _TextWriter(self._message_id, events)
+        calls = _CallWriter(events)
+        constrained = ToolCallStream(self.tool_mode) if self.tool_mode is not None else None
+        parser = self.call_parser() if self.call_parser is not None else None
         try:
             yield events.next("response.created", response=self._object(run, "in_progress", []))
             yield events.next("response.in_progress", response=self._object(run, "in_progress", []))
-            writer = (
-                _TextWriter(self._message_id, events)
-                if self.tool_mode is None
-                else _CallWriter(self.tool_mode, events)
-            )
-            for event in writer.start():
-                yield event
+            if constrained is None and parser is None:
+                for event in text.open():  # a text answer's message opens at once, as OpenAI's
+                    yield event
             async for step in run.steps():
                 for delta in step.choices:
-                    for event in writer.feed(delta.text):
+                    if constrained is not None:
+                        out = calls.feed(constrained.feed(delta.text))
+                    elif parser is not None:
+                        content, pieces = parser.feed(delta.text)
+                        out = text.feed(content or "") + calls.feed(pieces)
+                    else:
+                        out = text.feed(delta.text)
+                    for event in out:
                         yield event
             final = self._final(run)
-            for event in writer.finish(final):
+            # The final output is what streamed: the same items, ids and call ids.
+            status: Literal["incomplete", "completed"] = (
+                "incomplete" if final.status == "incomplete" else "completed"
+            )
+            opened = [*text.items(status), *calls.items()]
+            final.output = [item for _, item in sorted(opened, key=lambda pair: pair[0])]
+            for event in [*text.close(final.output), *calls.close()]:
                 yield event
             self.on_done(final)
             kind = "response.incomplete" if final.status == "incomplete" else "response.completed"
@@ -154,8 +176,15 @@ class ResponsesShape:
 
 
 class _Events:
+    """Numbers the events of one stream, and the output items as they open."""
+
     def __init__(self) -> None:
         self.sequence = 0
+        self.output_items = 0
+
+    def next_output_index(self) -> int:
+        self.output_items += 1
+        return self.output_items - 1
 
     def next(self, kind: str, **fields: Any) -> dict[str, str]:
         data = {"type": kind, "sequence_number": self.sequence}
@@ -169,21 +198,24 @@ class _Events:
 
 
 class _TextWriter:
-    """One output message with one output_text part."""
+    """The answer's text: one output message with one output_text part, opened at the first
+    text (or at once, for an answer that can only be text)."""
 
     def __init__(self, message_id: str, events: _Events) -> None:
         self.id = message_id
         self.events = events
         self.text = ""
+        self.index: int | None = None
 
-    def start(self) -> list[dict[str, str]]:
+    def open(self) -> list[dict[str, str]]:
+        self.index = self.events.next_output_index()
         item = OutputMessage(id=self.id, status="in_progress", content=[])
         return [
-            self.events.next("response.output_item.added", output_index=0, item=item),
+            self.events.next("response.output_item.added", output_index=self.index, item=item),
             self.events.next(
                 "response.content_part.added",
                 item_id=self.id,
-                output_index=0,
+                output_index=self.index,
                 content_index=0,
                 part=OutputText(text=""),
             ),
@@ -192,99 +224,120 @@ class _TextWriter:
     def feed(self, text: str) -> list[dict[str, str]]:
         if not text:
             return []
+        opened = self.open() if self.index is None else []
         self.text += text
         return [
+            *opened,
             self.events.next(
                 "response.output_text.delta",
                 item_id=self.id,
-                output_index=0,
+                output_index=self.index,
                 content_index=0,
                 delta=text,
                 logprobs=[],
-            )
+            ),
         ]
 
-    def finish(self, final: ResponseObject) -> list[dict[str, str]]:
-        (item,) = final.output
-        place = {"item_id": self.id, "output_index": 0, "content_index": 0}
+    def items(self, status: Literal["incomplete", "completed"]) -> list[tuple[int, OutputItem]]:
+        """The message, with its output index (none if no text came)."""
+        if self.index is None:
+            return []
+        message = OutputMessage(id=self.id, status=status, content=[OutputText(text=self.text)])
+        return [(self.index, message)]
+
+    def close(self, output: list[OutputItem]) -> list[dict[str, str]]:
+        if self.index is None:
+            return []
+        item = next(i for i in output if isinstance(i, OutputMessage))
+        place = {"item_id": self.id, "output_index": self.index, "content_index": 0}
         return [
             self.events.next("response.output_text.done", **place, text=self.text, logprobs=[]),
             self.events.next(
                 "response.content_part.done", **place, part=OutputText(text=self.text)
             ),
-            self.events.next("response.output_item.done", output_index=0, item=item),
+            self.events.next("response.output_item.done", output_index=self.index, item=item),
         ]
 
 
 class _CallWriter:
-    """Function-call items: a named call's arguments as generated, required calls whole."""
+    """Function-call items, from pieces of calls: each opens with its header (id and name)."""
 
-    def __init__(self, mode: ToolCallMode, events: _Events) -> None:
-        self.stream = ToolCallStream(mode)
+    def __init__(self, events: _Events) -> None:
         self.events = events
-        self.items: list[FunctionCallItem] = []
+        self._items: list[FunctionCallItem] = []
+        self._indices: list[int] = []
         self._arguments: list[str] = []
 
-    def start(self) -> list[dict[str, str]]:
-        return []
-
-    def feed(self, text: str) -> list[dict[str, str]]:
+    def feed(self, pieces: list[ToolCallDelta]) -> list[dict[str, str]]:
         out = []
-        for delta in self.stream.feed(text):
-            if delta.id is not None:  # a new call: its item opens
-                if self.items:
-                    out += self._close(len(self.items) - 1)
+        for piece in pieces:
+            if piece.id is not None:  # a new call: the previous one is complete
+                if self._items:
+                    out += self._close(len(self._items) - 1)
                 item = FunctionCallItem(
                     id=item_id("fc"),
-                    call_id=delta.id,
-                    name=delta.name or "",
+                    call_id=piece.id,
+                    name=piece.name or "",
                     arguments="",
                     status="in_progress",
                 )
-                self.items.append(item)
+                self._items.append(item)
+                self._indices.append(self.events.next_output_index())
                 self._arguments.append("")
                 out.append(
                     self.events.next(
-                        "response.output_item.added", output_index=len(self.items) - 1, item=item
+                        "response.output_item.added", output_index=self._indices[-1], item=item
                     )
                 )
-            if delta.arguments:
-                index = len(self.items) - 1
-                self._arguments[index] += delta.arguments
+            if piece.arguments and self._items:
+                self._arguments[-1] += piece.arguments
                 out.append(
                     self.events.next(
                         "response.function_call_arguments.delta",
-                        item_id=self.items[index].id,
-                        output_index=index,
-                        delta=delta.arguments,
+                        item_id=self._items[-1].id,
+                        output_index=self._indices[-1],
+                        delta=piece.arguments,
                     )
                 )
         return out
 
-    def finish(self, final: ResponseObject) -> list[dict[str, str]]:
-        # The final response's items are the streamed ones: same ids and call ids.
-        out = self._close(len(self.items) - 1) if self.items else []
-        final.output = list(self._done_items())
-        return out
+    def items(self) -> list[tuple[int, OutputItem]]:
+        """The calls, complete, each with its output index."""
+        return [(index, item) for index, item in zip(self._indices, self._done(), strict=True)]
 
-    def _done_items(self) -> list[FunctionCallItem]:
+    def _done(self) -> list[FunctionCallItem]:
         return [
             item.model_copy(update={"arguments": arguments, "status": "completed"})
-            for item, arguments in zip(self.items, self._arguments, strict=True)
+            for item, arguments in zip(self._items, self._arguments, strict=True)
         ]
 
+    def close(self) -> list[dict[str, str]]:
+        return self._close(len(self._items) - 1) if self._items else []
+
     def _close(self, index: int) -> list[dict[str, str]]:
-        item = self._done_items()[index]
+        item = self._done()[index]
         return [
             self.events.next(
                 "response.function_call_arguments.done",
                 item_id=item.id,
                 name=item.name,
-                output_index=index,
+                output_index=self._indices[index],
                 arguments=item.arguments,
             ),
-            self.events.next("response.output_item.done", output_index=index, item=item),
+            self.events.next(
+                "response.output_item.done", output_index=self._indices[index], item=item
+            ),
         ]
+
+
+def _call_item(call: ToolCall) -> FunctionCallItem:
+    return FunctionCallItem(
+        id=item_id("fc"),
+        call_id=call.id,
+        name=call.name,
+        arguments=call.arguments,
+        status="completed",
+    )
 
 
 def _function_tool(tool: dict[str, Any]) -> dict[str, Any]:
