@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.engine.types import Route
@@ -249,6 +249,20 @@ class Settings(BaseSettings):
         description="Upstreams tried for one request when they fail before sending anything "
         "(connection refused, 5xx). Nothing is retried once the first byte has arrived.",
     )
+    # Keys for upstreams started with vLLM's --api-key: per pool, from the flag, its
+    # environment variable (SPECGATE_PLAIN_UPSTREAM_API_KEY, ...) or a file. Never logged.
+    speculative_upstream_api_key: SecretStr | None = Field(
+        None, description="Bearer key sent to the speculative pool's upstreams."
+    )
+    speculative_upstream_api_key_file: Path | None = Field(
+        None, description="A file holding that key (its first non-blank line)."
+    )
+    plain_upstream_api_key: SecretStr | None = Field(
+        None, description="Bearer key sent to the plain pool's upstreams."
+    )
+    plain_upstream_api_key_file: Path | None = Field(
+        None, description="A file holding that key (its first non-blank line)."
+    )
 
     # -- serving ---------------------------------------------------------------------------------
     host: str = Field("127.0.0.1", description="Address to listen on.")
@@ -298,6 +312,11 @@ class Settings(BaseSettings):
             self.api_keys()
         except OSError as exc:
             raise ValueError(f"cannot read --api-key-file: {exc}") from exc
+        for route in ("speculative", "plain"):
+            try:
+                self.upstream_api_key(route)
+            except OSError as exc:
+                raise ValueError(f"cannot read the {route} upstream key file: {exc}") from exc
         if self.enable_auto_tool_choice and not self.tool_call_parser:
             raise ValueError("--enable-auto-tool-choice needs --tool-call-parser NAME")
         from app.routing.classify import WorkloadClass
@@ -328,6 +347,19 @@ class Settings(BaseSettings):
         if self.model:
             return self.model.rstrip("/").split("/")[-1]
         return self.upstream_model or MODEL_NAME
+
+    def upstream_api_key(self, route: Route) -> str | None:
+        """The key for `route`'s upstreams: the flag's, else the file's first non-blank line."""
+        speculative = route == "speculative"
+        key = self.speculative_upstream_api_key if speculative else self.plain_upstream_api_key
+        files = (self.speculative_upstream_api_key_file, self.plain_upstream_api_key_file)
+        path = files[0] if speculative else files[1]
+        if key is not None:
+            return key.get_secret_value()
+        if path is None:
+            return None
+        lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+        return lines[0] if lines else None
 
     def upstreams(self, route: Route) -> tuple[str, ...]:
         """The remote pool serving `route`; empty when an embedded engine serves it."""

@@ -34,6 +34,8 @@ class FakeUpstream:
         self.spec_metrics: dict[str, Any] | None = None
         self.hold: asyncio.Event | None = None
         self.bodies: list[dict[str, Any]] = []
+        # As vLLM's --api-key: /v1 answers 401 without "Authorization: Bearer <key>".
+        self.api_key: str | None = None
         self.open_streams = 0
         self.completed_streams = 0
 
@@ -43,6 +45,10 @@ class FakeUpstream:
         path = request.url.path
         if path == "/health":
             return httpx.Response(200 if self.healthy else 500)
+        if self.api_key is not None and request.headers.get("authorization") != (
+            f"Bearer {self.api_key}"
+        ):
+            return httpx.Response(401, json={"error": "Unauthorized"})
         if path == "/v1/models":
             card = {"id": self.model, "object": "model", "max_model_len": 2048}
             return httpx.Response(200, json={"object": "list", "data": [card]})

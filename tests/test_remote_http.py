@@ -174,3 +174,53 @@ async def test_a_request_goes_to_the_route_that_can_serve_it(
     both = await client.post(CHAT, json=chat(logprobs=True, min_p=0.1, temperature=0.7))
     assert both.status_code == 400
     assert both.json()["error"]["param"] == "logprobs"
+
+
+async def test_upstream_keys_per_pool_never_logged(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("DEBUG")
+    speculative, plain = FakeUpstream("spec-k"), FakeUpstream("plain-k")
+    speculative.api_key, plain.api_key = "spec-secret", "plain-secret"
+    key_file = tmp_path / "plain.key"
+    key_file.write_text("\nplain-secret\n")
+    settings = Settings(
+        speculative_upstreams=speculative.base_url,  # type: ignore[arg-type]
+        plain_upstreams=plain.base_url,  # type: ignore[arg-type]
+        speculative_upstream_api_key="spec-secret",  # type: ignore[arg-type]
+        plain_upstream_api_key_file=key_file,
+        routing_exploration=0,
+    )
+    transport = mock_transport(speculative, plain)
+    async with AsyncExitStack() as stack:
+        engines = {}
+        for route in ("speculative", "plain"):
+            engine = await RemoteEngine.start(settings, route, transport)  # type: ignore[arg-type]
+            stack.push_async_callback(engine.aclose)
+            engines[route] = engine
+        app = create_app(settings, engines)  # type: ignore[arg-type]
+        await stack.enter_async_context(app.router.lifespan_context(app))
+        client = await stack.enter_async_context(
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://specgate")
+        )
+        for header in ("on", "off"):
+            response = await client.post(CHAT, json=chat(), headers={"X-Speculative": header})
+            assert response.status_code == 200, response.text
+    assert len(speculative.bodies) == 1 and len(plain.bodies) == 1
+    assert "secret" not in caplog.text and "secret" not in repr(settings)
+
+
+async def test_a_wrong_upstream_key_says_so_in_health() -> None:
+    upstream = FakeUpstream("plain-k")
+    upstream.api_key = "right"
+    settings = Settings(
+        plain_upstreams=upstream.base_url,  # type: ignore[arg-type]
+        plain_upstream_api_key="wrong",  # type: ignore[arg-type]
+        routing_exploration=0,
+    )
+    engine = await RemoteEngine.start(settings, "plain", mock_transport(upstream))  # type: ignore[arg-type]
+    try:
+        assert not engine.is_alive()
+        assert "401" in engine.upstream_status()[upstream.base_url]
+    finally:
+        await engine.aclose()

@@ -63,8 +63,11 @@ class RemoteEngine:
 
         `transport` replaces the network, for tests.
         """
+        key = settings.upstream_api_key(route)
         client = httpx.AsyncClient(
             transport=transport,
+            # Upstreams started with vLLM's --api-key check it on /v1; it is never logged.
+            headers={"Authorization": f"Bearer {key}"} if key else None,
             timeout=httpx.Timeout(
                 settings.upstream_read_timeout, connect=settings.upstream_connect_timeout
             ),
