@@ -61,6 +61,9 @@ class Gateway:
     shadow: NgramConfig | None = None
     # Let auto-routed requests move between engines mid-stream.
     mid_stream: bool = False
+    # What an absent max_tokens means, and the most a request may ask for (None: no limit).
+    max_tokens_default: int | None = None
+    max_tokens_limit: int | None = None
     # The speculative engine's K: the longest draft length a client may ask for.
     max_draft_length: int | None = None
     in_flight: InFlight = field(default_factory=InFlight)
@@ -74,7 +77,7 @@ class Gateway:
     async def open(self, spec: RequestSpec) -> Run:
         """Decide the route, admit and start the request; returns once its first output is in."""
         self.check_model(spec.model)
-        options = spec.options
+        options = self._bounded(spec)
         features = extract_features(
             spec.routing_text,
             wants_json=options.json_schema is not None,
@@ -87,6 +90,18 @@ class Gateway:
         return await self.start(
             decision, request_id, spec.prompts, options, spec.endpoint, spec.move_after, spec.tools
         )
+
+    def _bounded(self, spec: RequestSpec) -> SamplingOptions:
+        """The options with the server's max_tokens default, after its limit is checked."""
+        asked, limit = spec.options.max_tokens, self.max_tokens_limit
+        if limit is not None and asked is not None and asked > limit:
+            raise InvalidRequestError(
+                f"{spec.max_tokens_field} is {asked}; this server generates at most "
+                f"{limit} tokens per request (--max-tokens-limit)",
+                param=spec.max_tokens_field,
+                code="max_tokens_over_limit",
+            )
+        return replace(spec.options, default_max_tokens=self.max_tokens_default)
 
     def check_model(self, model: str) -> None:
         if model != self.model_id:

@@ -62,6 +62,8 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         mid_stream=settings.routing_mid_stream == "on",
         max_draft_length=max_draft_length(settings),
         call_parsers=call_parsers(settings, engines),
+        max_tokens_default=settings.max_tokens_default,
+        max_tokens_limit=settings.max_tokens_limit,
         responses=ResponseStore(settings.responses_store_size),
     )
 

@@ -20,5 +20,7 @@ class RequestSpec:
     # X-Speculative and X-Specgate-Move-After, as the client sent them.
     route_header: str | None = None
     move_after: int | None = None
+    # The request field that sets max_tokens, for errors (max_completion_tokens, ...).
+    max_tokens_field: str = "max_tokens"
     # A chat request's function tools, in OpenAI's shape, for the chat template.
     tools: tuple[dict[str, Any], ...] | None = None

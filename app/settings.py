@@ -187,6 +187,17 @@ class Settings(BaseSettings):
         description="vLLM's tool-call parser for the model's format (hermes, llama3_json, "
         "mistral, ...), for --enable-auto-tool-choice.",
     )
+    max_tokens_default: int = Field(
+        2048,
+        ge=1,
+        description="What a request without max_tokens (max_completion_tokens, "
+        "max_output_tokens) generates at most, within what the context leaves.",
+    )
+    max_tokens_limit: int | None = Field(
+        16384,
+        ge=1,
+        description="The most tokens a request may ask for; above it, a 400 that names the limit.",
+    )
     responses_store_size: int = Field(
         1000,
         ge=0,

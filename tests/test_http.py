@@ -337,7 +337,8 @@ async def test_malformed_json_is_400(client: httpx.AsyncClient) -> None:
 
 
 async def test_context_overflow_is_400_with_its_code(client: httpx.AsyncClient) -> None:
-    response = await client.post(CHAT, json=chat_body(max_tokens=100_000))
+    # Past the fake engine's 256-token context, within --max-tokens-limit.
+    response = await client.post(CHAT, json=chat_body(max_tokens=1000))
     assert_openai_error(response, 400, "max_tokens")
     assert response.json()["error"]["code"] == "context_length_exceeded"
 

@@ -32,6 +32,7 @@ CHANGED: dict[str, Any] = {
     "ignore_eos": True,
     "logprobs": 2,
     "echo": True,
+    "default_max_tokens": 100,
 }
 # Refused on a remote route instead (see test_remote_http.py and engine.capabilities).
 NOT_FORWARDED = {"logprobs", "echo"}

@@ -83,7 +83,7 @@ async def test_completion_stream(client: httpx.AsyncClient) -> None:
 
 
 async def test_errors_before_the_stream_are_http_errors(client: httpx.AsyncClient) -> None:
-    async with client.stream("POST", CHAT, json=stream_body(max_tokens=10**6)) as response:
+    async with client.stream("POST", CHAT, json=stream_body(max_tokens=1000)) as response:
         assert response.status_code == 400
         error = json.loads(await response.aread())["error"]
     assert error["code"] == "context_length_exceeded"

@@ -92,6 +92,7 @@ def chat_spec(
         routing_text="\n".join(message["content"] or "" for message in messages),
         route_header=route_header,
         move_after=move_after,
+        max_tokens_field="max_completion_tokens" if body.max_completion_tokens else "max_tokens",
         tools=tools or None,
     )
 

@@ -184,5 +184,6 @@ def response_spec(
         routing_text="\n".join(turn["content"] or "" for turn in turns),
         route_header=route_header,
         move_after=move_after,
+        max_tokens_field="max_output_tokens",
         tools=tools or None,
     )

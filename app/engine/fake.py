@@ -73,7 +73,8 @@ class FakeEngine:
         self.requests.append(request)
         words = _prompt_words(request.prompt)
         options = request.options
-        limit = options.max_tokens or self.max_model_len - len(words)
+        left = self.max_model_len - len(words)
+        limit = options.max_tokens or min(options.default_max_tokens or left, left)
         if len(words) + limit > self.max_model_len:
             raise ContextLengthError(
                 f"the request needs {len(words) + limit} tokens; the limit is {self.max_model_len}",

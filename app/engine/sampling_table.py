@@ -40,7 +40,13 @@ def _structured(options: SamplingOptions) -> dict[str, Any] | None:
 
 SAMPLING_TABLE: tuple[SamplingField, ...] = (
     SamplingField("n", lambda o: o.n, always=True),
-    SamplingField("max_tokens", lambda o: o.max_tokens, always=True),
+    # An absent max_tokens is the server's default (engines clamp it to the context left).
+    SamplingField(
+        "max_tokens",
+        lambda o: o.max_tokens if o.max_tokens is not None else o.default_max_tokens,
+        always=True,
+        reads=("max_tokens", "default_max_tokens"),
+    ),
     # The embedded engine samples at 1.0 / 1.0 when these are unset. Sending them keeps a
     # remote route from applying the model's generation_config defaults instead, so the
     # route never changes the answer.

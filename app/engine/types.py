@@ -50,6 +50,8 @@ class SamplingOptions:
     echo: bool = False
     # Generate past the end-of-sequence token, up to max_tokens (vLLM's extension).
     ignore_eos: bool = False
+    # What an absent max_tokens means (--max-tokens-default), within what the context leaves.
+    default_max_tokens: int | None = None
 
 
 # A completion prompt (text or token ids) or a chat conversation.

@@ -136,6 +136,7 @@ class VllmEngine:
         # Everything the request could get wrong is checked here, before vLLM sees it.
         options = request.options
         prompt_ids = self._prompt_token_ids(request.prompt, request.tools)
+        options = self._with_default_max_tokens(options, len(prompt_ids))
         self._check_context(len(prompt_ids), options.max_tokens)
         self._check_logit_bias(options.logit_bias)
         self._check_servable(options, request.draft_length)
@@ -336,6 +337,16 @@ class VllmEngine:
 
     def _token_text(self, token_id: int, decoded: str | None) -> str:
         return decoded if decoded is not None else str(self._tokenizer.decode([token_id]))
+
+    def _with_default_max_tokens(
+        self, options: SamplingOptions, prompt_tokens: int
+    ) -> SamplingOptions:
+        # The server's default for an absent max_tokens, cut to what the context leaves, so
+        # a long prompt still gets "as many as fit" rather than a context-length error.
+        left = self.max_model_len - prompt_tokens
+        if options.max_tokens is not None or not options.default_max_tokens or left < 1:
+            return options
+        return replace(options, max_tokens=min(options.default_max_tokens, left))
 
     def _check_context(self, prompt_tokens: int, max_tokens: int | None) -> None:
         wanted = prompt_tokens + (max_tokens or 1)

@@ -117,14 +117,15 @@ def test_the_speculative_route_reports_the_upstreams_acceptance(site: Site) -> N
 def test_an_upstream_refusal_is_a_400_with_its_message(site: Site) -> None:
     response = httpx.post(
         f"{site.gateway.base_url}/v1/chat/completions",
-        json={"model": MODEL, "messages": CODE, "max_tokens": 100_000},
+        # Past the upstream's 8192-token context, within the gateway's --max-tokens-limit.
+        json={"model": MODEL, "messages": CODE, "max_tokens": 9000},
         headers={"X-Speculative": "off"},
         timeout=60,
     )
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error"
-    assert error["param"] == "max_tokens" and "100000" in error["message"]
+    assert error["param"] == "max_tokens" and "9000" in error["message"]
 
 
 def test_a_client_disconnect_frees_the_upstream_request(site: Site) -> None:
