@@ -72,10 +72,10 @@ class ResponsesShape:
         return response
 
     def _final(self, run: Run) -> ResponseObject:
+        status = _final_status(run)
         choice = run.choices.get(0)
         text = choice.text if choice is not None else ""
-        cut = choice is not None and choice.finish_reason == "length"
-        return self._object(run, "incomplete" if cut else "completed", self._output(text, cut))
+        return self._object(run, status, self._output(text, status == "incomplete"))
 
     def _output(self, text: str, cut: bool) -> list[OutputItem]:
         status: Literal["incomplete", "completed"] = "incomplete" if cut else "completed"
@@ -153,13 +153,12 @@ class ResponsesShape:
                         out = text.feed(delta.text)
                     for event in out:
                         yield event
-            final = self._final(run)
-            # The final output is what streamed: the same items, ids and call ids.
-            status: Literal["incomplete", "completed"] = (
-                "incomplete" if final.status == "incomplete" else "completed"
-            )
+            # The final output is what streamed: the same items, ids and call ids (not a
+            # second parse of the whole text).
+            status = _final_status(run)
             opened = [*text.items(status), *calls.items()]
-            final.output = [item for _, item in sorted(opened, key=lambda pair: pair[0])]
+            output = [item for _, item in sorted(opened, key=lambda pair: pair[0])]
+            final = self._object(run, status, output)
             for event in [*text.close(final.output), *calls.close()]:
                 yield event
             self.on_done(final)
@@ -328,6 +327,12 @@ class _CallWriter:
                 "response.output_item.done", output_index=self._indices[index], item=item
             ),
         ]
+
+
+def _final_status(run: Run) -> Literal["incomplete", "completed"]:
+    """Incomplete when max_output_tokens cut the answer."""
+    choice = run.choices.get(0)
+    return "incomplete" if choice is not None and choice.finish_reason == "length" else "completed"
 
 
 def _call_item(call: ToolCall) -> FunctionCallItem:
