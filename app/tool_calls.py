@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -30,6 +31,11 @@ ANY_OBJECT: dict[str, Any] = {"type": "object"}
 class Function:
     name: str
     parameters: dict[str, Any] = field(default_factory=lambda: dict(ANY_OBJECT))
+
+    @classmethod
+    def declared(cls, name: str, parameters: dict[str, Any] | None) -> Function:
+        """A function as a request declares it; no parameters schema means any object."""
+        return cls(name, dict(ANY_OBJECT) if parameters is None else parameters)
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,17 @@ class CallParsers(Protocol):
     def new(self, tools: list[dict[str, Any]]) -> CallParser:
         """A parser for one choice of one request."""
         ...
+
+
+def auto_call_parser(
+    parsers: CallParsers | None, choice: object, tools: tuple[dict[str, Any], ...] | None
+) -> Callable[[], CallParser] | None:
+    """For "auto" with a parser: a new parser per choice (or stream), over the request's
+    tools; None otherwise."""
+    if parsers is None or choice != "auto" or not tools:
+        return None
+    listed = list(tools)
+    return lambda: parsers.new(listed)
 
 
 def tool_call_mode(

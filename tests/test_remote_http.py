@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import httpx
@@ -35,7 +35,16 @@ async def site() -> AsyncIterator[Site]:
         plain_upstreams=site.plain.base_url,  # type: ignore[arg-type]
         routing_exploration=0,
     )
-    transport = mock_transport(site.speculative, site.plain)
+    async with remote_client(settings, mock_transport(site.speculative, site.plain)) as client:
+        site.client = client
+        yield site
+
+
+@asynccontextmanager
+async def remote_client(
+    settings: Settings, transport: httpx.MockTransport
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of an app whose two routes are remote pools behind `transport`."""
     async with AsyncExitStack() as stack:
         engines = {}
         for route in ("speculative", "plain"):
@@ -44,10 +53,9 @@ async def site() -> AsyncIterator[Site]:
             engines[route] = engine
         app = create_app(settings, engines)  # type: ignore[arg-type]
         await stack.enter_async_context(app.router.lifespan_context(app))
-        site.client = await stack.enter_async_context(
+        yield await stack.enter_async_context(
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://specgate")
         )
-        yield site
 
 
 def chat(**overrides: Any) -> dict[str, Any]:
@@ -191,18 +199,7 @@ async def test_upstream_keys_per_pool_never_logged(
         plain_upstream_api_key_file=key_file,
         routing_exploration=0,
     )
-    transport = mock_transport(speculative, plain)
-    async with AsyncExitStack() as stack:
-        engines = {}
-        for route in ("speculative", "plain"):
-            engine = await RemoteEngine.start(settings, route, transport)  # type: ignore[arg-type]
-            stack.push_async_callback(engine.aclose)
-            engines[route] = engine
-        app = create_app(settings, engines)  # type: ignore[arg-type]
-        await stack.enter_async_context(app.router.lifespan_context(app))
-        client = await stack.enter_async_context(
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://specgate")
-        )
+    async with remote_client(settings, mock_transport(speculative, plain)) as client:
         for header in ("on", "off"):
             response = await client.post(CHAT, json=chat(), headers={"X-Speculative": header})
             assert response.status_code == 200, response.text

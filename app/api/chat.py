@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -16,14 +15,7 @@ from app.engine.types import ChatMessage
 from app.errors import InvalidRequestError
 from app.request_spec import RequestSpec
 from app.schemas.chat import ChatCompletion, ChatCompletionRequest, ChatMessageIn, FunctionName
-from app.tool_calls import (
-    ANY_OBJECT,
-    CallParser,
-    CallParsers,
-    Function,
-    ToolCallMode,
-    tool_call_mode,
-)
+from app.tool_calls import Function, ToolCallMode, auto_call_parser, tool_call_mode
 from app.wire.chat import ChatShape
 
 router = APIRouter()
@@ -56,7 +48,9 @@ async def create_chat_completion(
             gateway.model_id,
             mode,
             legacy_functions=body.legacy_functions,
-            call_parser=auto_call_parser(gateway.call_parsers, body, spec),
+            call_parser=auto_call_parser(
+                gateway.call_parsers, body.effective_tool_choice(), spec.tools
+            ),
         ),
         stream=body.stream,
         stream_options=body.stream_options,
@@ -97,22 +91,11 @@ def chat_spec(
     )
 
 
-def auto_call_parser(
-    parsers: CallParsers | None, body: ChatCompletionRequest, spec: RequestSpec
-) -> Callable[[], CallParser] | None:
-    """For "auto" with a parser: a new parser per choice, over the request's tools."""
-    if parsers is None or body.effective_tool_choice() != "auto" or not spec.tools:
-        return None
-    tools = list(spec.tools)
-    return lambda: parsers.new(tools)
-
-
 def chat_tool_mode(body: ChatCompletionRequest, parser: bool = False) -> ToolCallMode | None:
     """The constraint for a required or named tool call; None for free text."""
     choice = body.effective_tool_choice()
     functions = tuple(
-        Function(tool.name, tool.parameters if tool.parameters is not None else dict(ANY_OBJECT))
-        for tool in body.tool_definitions()
+        Function.declared(tool.name, tool.parameters) for tool in body.tool_definitions()
     )
     return tool_call_mode(
         None if isinstance(choice, FunctionName) else choice,

@@ -23,7 +23,7 @@ from app.schemas.responses import (
     ResponseRequest,
     ToolChoiceFunction,
 )
-from app.tool_calls import ANY_OBJECT, Function, ToolCallMode, tool_call_mode
+from app.tool_calls import Function, ToolCallMode, auto_call_parser, tool_call_mode
 from app.wire.responses import ResponsesShape
 
 router = APIRouter()
@@ -49,10 +49,9 @@ async def create_response(
     mode = responses_tool_mode(body, parser=parsers is not None)
     spec = response_spec(body, turns, mode, x_speculative, x_specgate_move_after)
     run = await gateway.open(spec)
-    call_parser = None
-    if parsers is not None and mode is None and body.tool_choice in (None, "auto") and spec.tools:
-        tools = list(spec.tools)
-        call_parser = lambda: parsers.new(tools)  # noqa: E731  # one parser per stream
+    # No tool_choice with tools means "auto", as on chat.
+    choice = body.tool_choice if body.tool_choice is not None else "auto"
+    call_parser = auto_call_parser(parsers, choice, spec.tools)
 
     def store(response: ResponseObject) -> None:
         if body.store:
@@ -137,8 +136,7 @@ def output_turns(response: ResponseObject) -> list[ChatMessage]:
 
 def responses_tool_mode(body: ResponseRequest, parser: bool = False) -> ToolCallMode | None:
     functions = tuple(
-        Function(tool.name, tool.parameters if tool.parameters is not None else dict(ANY_OBJECT))
-        for tool in body.function_tools()
+        Function.declared(tool.name, tool.parameters) for tool in body.function_tools()
     )
     choice = body.tool_choice
     if choice is None and functions:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.engine.sampling_table import finish_reason, remote_sampling
+from app.engine.sampling_table import NOT_FORWARDED, finish_reason, remote_sampling
 from app.engine.types import (
     ChoiceDelta,
     GenerationRequest,
@@ -33,10 +33,6 @@ class UpstreamModel:
     name: str
     # vLLM's card has it; needed to ask /v1/completions for "as many tokens as fit".
     max_model_len: int | None = None
-
-
-# Fields a remote route refuses: the chunk decoder here does not read logprobs back.
-NOT_FORWARDED = ("logprobs", "echo")
 
 
 def not_forwarded(options: SamplingOptions) -> tuple[str, ...]:

@@ -73,6 +73,14 @@ SAMPLING_TABLE: tuple[SamplingField, ...] = (
 )
 
 
+# The options a remote route cannot serve: those its unsent rows read ("logprobs", "echo").
+NOT_FORWARDED: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        name for row in SAMPLING_TABLE if not row.remote for name in (row.reads or (row.name,))
+    )
+)
+
+
 def engine_sampling(options: SamplingOptions) -> dict[str, Any]:
     """Keyword arguments for vLLM's `SamplingParams` (structured_outputs as a plain dict)."""
     values = {row.name: row.read(options) for row in SAMPLING_TABLE}
