@@ -1,4 +1,4 @@
-"""`python -m app`: read settings from flags and SPECGATE_* variables, then serve."""
+"""`python -m app [serve [MODEL]] [flags]`: read flags and SPECGATE_* variables, then serve."""
 
 from __future__ import annotations
 
@@ -10,17 +10,18 @@ import sys
 import psutil
 import uvicorn
 from pydantic import ValidationError
-from pydantic_settings import CliApp, SettingsError
+from pydantic_settings import SettingsError
 
+from app.api.event_stream import FAREWELL_SECONDS
+from app.cli import parse_settings
 from app.main import create_app
-from app.settings import Settings
 
 logger = logging.getLogger("specgate")
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        settings = CliApp.run(Settings, cli_args=sys.argv[1:] if argv is None else argv)
+        settings = parse_settings(sys.argv[1:] if argv is None else argv)
     except (SettingsError, ValidationError) as exc:
         # A bad flag or SPECGATE_* value: say which and why, without a traceback.
         print(f"specgate: invalid settings: {exc}", file=sys.stderr)
@@ -37,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
             host=settings.host,
             port=settings.port,
             log_level=settings.log_level,
-            # A little past the streams' own grace, so they end first and cleanly.
-            timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_seconds) + 1,
+            # Past the streams' own grace and their farewell, so they end first and cleanly.
+            timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_seconds + FAREWELL_SECONDS)
+            + 1,
         )
     except KeyboardInterrupt:
         return 130  # a second Ctrl-C, during start-up or shutdown

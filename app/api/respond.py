@@ -7,8 +7,8 @@ import contextlib
 
 from fastapi import Request
 from fastapi.responses import Response
-from sse_starlette import EventSourceResponse
 
+from app.api.event_stream import EventStream
 from app.generation import Run
 from app.schemas.common import StreamOptions
 from app.wire.common import WireShape, route_headers
@@ -32,12 +32,13 @@ async def respond(
     if stream:
         include_usage = bool(stream_options and stream_options.include_usage)
         # "\n" line ends, as OpenAI sends them; some clients split events on "\n\n" only.
-        return EventSourceResponse(
+        return EventStream(
             shape.sse(run, include_usage),
+            run,
+            # On SIGTERM, let the stream finish for this long before it is cut (and aborted).
+            shutdown_grace_seconds,
             headers=headers,
             sep="\n",
-            # On SIGTERM, let the stream finish for this long before it is cut (and aborted).
-            shutdown_grace_period=shutdown_grace_seconds,
         )
     if not await _collect_unless_disconnected(run, request):
         return Response(status_code=CLIENT_CLOSED_REQUEST)

@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 import httpx
 
 from app.engine.capabilities import Refusal, combined, drafting_refusal, refusal_of
+from app.engine.coalesce import coalesced
 from app.engine.openai_wire import (
     SSEParser,
     StreamDecoder,
@@ -86,7 +87,10 @@ class RemoteEngine:
         await pool.start()
         return cls(route, pool, client, settings.upstream_attempts)
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
+        return coalesced(self._generate(request))
+
+    async def _generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
         refused = self._not_forwarded(request.options)
         if refused is not None:
             raise InvalidRequestError(

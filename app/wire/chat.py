@@ -157,7 +157,7 @@ class ChatShape:
             return finish
         return "function_call" if self.legacy_functions else "tool_calls"
 
-    def sse(self, run: Run, include_usage: bool) -> AsyncIterator[dict[str, str]]:
+    def sse(self, run: Run, include_usage: bool) -> AsyncIterator[bytes | dict[str, str]]:
         return sse_events(run, self, include_usage)
 
     def usage_chunk(self, run: Run) -> ChatCompletionChunk:

@@ -19,7 +19,7 @@ class WireShape(Protocol):
         """The whole response of a finished run."""
         ...
 
-    def sse(self, run: Run, include_usage: bool) -> AsyncIterator[dict[str, str]]:
+    def sse(self, run: Run, include_usage: bool) -> AsyncIterator[bytes | dict[str, str]]:
         """The run as server-sent events. Closing it early aborts the request."""
         ...
 

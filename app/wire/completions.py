@@ -53,7 +53,7 @@ class CompletionsShape:
             ],
         )
 
-    def sse(self, run: Run, include_usage: bool) -> AsyncIterator[dict[str, str]]:
+    def sse(self, run: Run, include_usage: bool) -> AsyncIterator[bytes | dict[str, str]]:
         return sse_events(run, self, include_usage)
 
     def usage_chunk(self, run: Run) -> Completion:

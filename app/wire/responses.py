@@ -129,7 +129,9 @@ class ResponsesShape:
             speculative_decoding=speculative_usage(run),
         )
 
-    async def sse(self, run: Run, include_usage: bool = False) -> AsyncIterator[dict[str, str]]:
+    async def sse(
+        self, run: Run, include_usage: bool = False
+    ) -> AsyncIterator[bytes | dict[str, str]]:
         """The typed events of a streamed response. Closing it early aborts the request."""
         events = _Events()
         text = _TextWriter(self._message_id, events)

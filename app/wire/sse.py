@@ -3,6 +3,9 @@
 By the time a stream starts the request has been validated and its first step produced
 (see `Run.start`). A failure after that can no longer change the status code, so it goes
 out as a `data: {"error": ...}` event, followed by [DONE].
+
+Events are framed here, as bytes, rather than by sse-starlette from dicts: this is the
+per-token path, and a JSON dump never holds a line break, so the framing is one join.
 """
 
 from __future__ import annotations
@@ -21,11 +24,15 @@ from app.wire.common import ChunkShape, route_info
 logger = logging.getLogger("specgate.streaming")
 
 DONE = "[DONE]"
+DONE_EVENT = b"data: [DONE]\n\n"
 
 
-async def sse_events(
-    run: Run, shape: ChunkShape, include_usage: bool
-) -> AsyncIterator[dict[str, str]]:
+def data_event(data: str | bytes) -> bytes:
+    """One SSE event with a single-line `data` field ("\n" line ends, as OpenAI sends)."""
+    return b"data: " + (data.encode() if isinstance(data, str) else data) + b"\n\n"
+
+
+async def sse_events(run: Run, shape: ChunkShape, include_usage: bool) -> AsyncIterator[bytes]:
     """The SSE events of one streamed response. Closing it early aborts the request."""
     started: set[int] = set()
     try:
@@ -52,14 +59,14 @@ async def sse_events(
         yield _error_event(error_body("internal error while streaming", "server_error"))
     finally:
         await run.close()
-    yield {"data": DONE}
+    yield DONE_EVENT
 
 
-def _error_event(body: dict[str, Any]) -> dict[str, str]:
-    return {"data": json.dumps(body, separators=(",", ":"))}
+def _error_event(body: dict[str, Any]) -> bytes:
+    return data_event(json.dumps(body, separators=(",", ":")))
 
 
-def _event(chunk: BaseModel, include_usage: bool) -> dict[str, str]:
+def _event(chunk: BaseModel, include_usage: bool) -> bytes:
     # OpenAI: with include_usage every chunk carries "usage": null until the last one, which
     # has the figures; without it, no chunk has the field.
-    return {"data": chunk.model_dump_json(exclude=None if include_usage else {"usage"})}
+    return data_event(chunk.model_dump_json(exclude=None if include_usage else {"usage"}))

@@ -168,9 +168,11 @@ def test_sigterm_drains_streams_then_stops_everything(server: ServerProcess) -> 
     short.join(GRACE_SECONDS + 10)
     assert short.events[-1] == "[DONE]", short.events[-3:]
     assert json.loads(short.events[-2])["choices"][0]["finish_reason"] == "length"
-    # ... the endless one is cut at its end, and the process exits with no engine left.
+    # ... the endless one is cut at its end, with an error event and [DONE] (as when an
+    # engine dies), and the process exits with no engine left.
     endless.join(GRACE_SECONDS + 30)
-    assert endless.events[-1] != "[DONE]"
+    assert endless.events[-1] == "[DONE]", endless.events[-3:]
+    assert json.loads(endless.events[-2])["error"]["code"] == "server_shutting_down"
     server.process.wait(60)
     print(f"\nSIGTERM: exited {time.monotonic() - signalled_at:.1f} s later")
     assert server.process.returncode in (0, -signal.SIGTERM)
