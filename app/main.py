@@ -50,12 +50,14 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         )
         metrics.watch_queue(route, admission.queued)
         admissions[route] = admission
+    policy = build_route_policy(settings)
+    metrics.watch_learner(policy.learner)
     return Gateway(
         settings.model_id,
         engines,
         admissions,
         metrics,
-        build_route_policy(settings),
+        policy,
         shutdown_grace_seconds=settings.shutdown_grace_seconds,
         log_requests=settings.log_requests,
         shadow=shadow_config(settings, engines),

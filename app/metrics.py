@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from app.engine.types import Route, SpecDecodeStats
+from app.engine.types import ROUTES, Route, SpecDecodeStats, other_route
+from app.routing.classify import WorkloadClass
+from app.routing.load_model import Load
+from app.routing.policy import MoveCause
 
 if TYPE_CHECKING:
     from app.generation import Run
+    from app.routing.learner import Learner
     from app.routing.policy import RouteDecision
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -64,6 +69,11 @@ class GatewayMetrics:
             ["direction", "cause"],
             registry=r,
         )
+        # At 0 from the start: a dashboard shows "no switches" rather than "no data".
+        for source in ROUTES:
+            for cause in get_args(MoveCause):
+                direction = f"{source}_to_{other_route(source)}"
+                self.switches.labels(direction=direction, cause=cause)
         self.acceptance_rate = Histogram(
             "specgate_acceptance_rate",
             "Per-request draft acceptance rate on the speculative engine, by workload class.",
@@ -120,6 +130,14 @@ class GatewayMetrics:
             ["route"],
             registry=r,
         )
+        self.learned_speedup = Gauge(
+            "specgate_learned_speedup",
+            "The router's learned speed-up of the speculative route over the plain one, by "
+            "workload class: plain over speculative ms per token, each alone on its engine "
+            "(expected_speedup in /v1/routing).",
+            ["workload_class"],
+            registry=r,
+        )
 
     def watch_queue(self, route: Route, waiting: Callable[[], int]) -> None:
         self.queued.labels(route=route).set_function(waiting)
@@ -132,6 +150,13 @@ class GatewayMetrics:
             # Expose the counters at 0 from the start, so dashboards see the series.
             for counter in (self.spec_drafts, self.spec_draft_tokens, self.spec_accepted_tokens):
                 counter.labels(route=route)
+
+    def watch_learner(self, learner: Learner) -> None:
+        # Read at each scrape, so the gauge always shows the estimate the router is using.
+        for workload in WorkloadClass:
+            self.learned_speedup.labels(workload_class=workload.value).set_function(
+                partial(_speedup_alone, learner, workload)
+            )
 
     def record_decision(self, decision: RouteDecision) -> None:
         self.decisions.labels(
@@ -173,3 +198,9 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _speedup_alone(learner: Learner, workload: WorkloadClass) -> float:
+    alone = Load()
+    plain = learner.ms_per_token(workload, "plain", alone)
+    return plain / learner.ms_per_token(workload, "speculative", alone)

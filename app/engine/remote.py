@@ -72,8 +72,10 @@ class RemoteEngine:
             timeout=httpx.Timeout(
                 settings.upstream_read_timeout, connect=settings.upstream_connect_timeout
             ),
-            # One connection per stream in flight; httpx's default cap of 100 would queue the rest.
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
+            # One connection per stream in flight; httpx's default cap of 100 would queue the
+            # rest. Idle ones are all kept (until httpx's 5 s expiry): with fewer kept than
+            # streams in flight, every request past the cap paid for a new connection.
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
         )
         pool = UpstreamPool(
             route,
