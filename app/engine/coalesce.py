@@ -64,33 +64,33 @@ async def coalesced(steps: AsyncIterator[GenerationStep]) -> AsyncGenerator[Gene
 
 
 def merge_steps(steps: Sequence[GenerationStep]) -> GenerationStep:
-    """Steps that arrived together, as one: each choice's text joined and its tokens summed.
-
-    What a stream does when its reader falls behind (vLLM's output collector merges the
-    same way): one event per batch of tokens instead of one per token.
-    """
+    """Steps that arrived together, as one: each choice's text joined and its tokens summed."""
     if len(steps) == 1:
         return steps[0]
-    merged: dict[int, ChoiceDelta] = {}
+    by_choice: dict[int, list[ChoiceDelta]] = {}
     for step in steps:
         for delta in step.choices:
-            earlier = merged.get(delta.index)
-            merged[delta.index] = delta if earlier is None else _joined(earlier, delta)
+            by_choice.setdefault(delta.index, []).append(delta)
     first_ids = next((s.prompt_token_ids for s in steps if s.prompt_token_ids is not None), None)
-    return GenerationStep(steps[-1].prompt_tokens, list(merged.values()), first_ids)
+    choices = [_joined(deltas) for deltas in by_choice.values()]
+    return GenerationStep(steps[-1].prompt_tokens, choices, first_ids)
 
 
-def _joined(earlier: ChoiceDelta, later: ChoiceDelta) -> ChoiceDelta:
+def _joined(deltas: list[ChoiceDelta]) -> ChoiceDelta:
+    """One choice's deltas, in order, as one."""
+    if len(deltas) == 1:
+        return deltas[0]
     logprobs = None
-    if earlier.logprobs is not None or later.logprobs is not None:
-        logprobs = (*(earlier.logprobs or ()), *(later.logprobs or ()))
+    if any(delta.logprobs is not None for delta in deltas):
+        logprobs = tuple(entry for delta in deltas for entry in delta.logprobs or ())
     return ChoiceDelta(
-        index=earlier.index,
-        text=earlier.text + later.text,
-        new_tokens=earlier.new_tokens + later.new_tokens,
-        finish_reason=later.finish_reason or earlier.finish_reason,
-        spec=later.spec or earlier.spec,
+        index=deltas[0].index,
+        text="".join(delta.text for delta in deltas),
+        new_tokens=sum(delta.new_tokens for delta in deltas),
+        # Only a choice's last delta finishes it, and carries its speculative figures.
+        finish_reason=deltas[-1].finish_reason,
+        spec=deltas[-1].spec,
         logprobs=logprobs,
-        echo=earlier.echo or later.echo,
-        token_ids=earlier.token_ids + later.token_ids,
+        echo=deltas[0].echo,
+        token_ids=tuple(token for delta in deltas for token in delta.token_ids),
     )
