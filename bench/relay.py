@@ -10,8 +10,9 @@ each concurrency, in one run and interleaved (so drift hits every path alike):
 | `embedded` | specgate's HTTP layer over fake engines that produce tokens instantly, on one core |
 
 Each phase sends `--streams` chat streams of `--tokens` tokens (after a warm-up of one stream
-per connection), `c` at a time, and reports aggregate tokens/s and the p50/p99 delay between
-successive reads that brought data. `relay / direct` is taken per repeat, then the median.
+per connection), `c` at a time, and reports aggregate tokens/s, the p50/p99 delay between
+successive reads that brought data, tokens per event, and the CPU time the server (its
+process tree) spent per token. `relay / direct` is taken per repeat, then the median.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import psutil
 
 from bench.servers import RunningServer, ServerSpec, free_port, serve
 from bench.stream_client import StreamResult, chat_request, stream_once
@@ -48,11 +51,14 @@ class Phase:
     tokens_per_s: float
     gap_p50_ms: float
     gap_p99_ms: float
+    # CPU seconds per token of the server the client talked to (its whole process tree).
+    server_cpu_us_per_token: float
 
 
 async def run_phase(
     server: RunningServer, concurrency: int, streams: int, tokens: int, model: str
-) -> tuple[list[StreamResult], float]:
+) -> tuple[list[StreamResult], float, float]:
+    """The phase's streams, its seconds, and the server's CPU seconds while it ran."""
     body = {
         "model": model,
         "messages": [{"role": "user", "content": "count"}],
@@ -74,13 +80,30 @@ async def run_phase(
     await asyncio.gather(
         *(stream_once("127.0.0.1", server.port, request) for _ in range(concurrency))
     )
+    cpu_before = cpu_seconds(server)
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return results, time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    return results, elapsed, cpu_seconds(server) - cpu_before
+
+
+def cpu_seconds(server: RunningServer) -> float:
+    """User + system CPU time of the server and its children so far."""
+    process = psutil.Process(server.process.pid)
+    total = 0.0
+    for member in [process, *process.children(recursive=True)]:
+        times = member.cpu_times()
+        total += times.user + times.system
+    return total
 
 
 def summarize(
-    path: str, concurrency: int, repeat: int, results: list[StreamResult], seconds: float
+    path: str,
+    concurrency: int,
+    repeat: int,
+    results: list[StreamResult],
+    seconds: float,
+    server_cpu: float,
 ) -> Phase:
     gaps = sorted(gap for result in results for gap in result.gaps)
     tokens = sum(result.tokens for result in results)
@@ -95,6 +118,7 @@ def summarize(
         tokens_per_s=round(tokens / seconds, 1),
         gap_p50_ms=round(_quantile(gaps, 0.50) * 1000, 3),
         gap_p99_ms=round(_quantile(gaps, 0.99) * 1000, 3),
+        server_cpu_us_per_token=round(server_cpu / max(1, tokens) * 1e6, 2),
     )
 
 
@@ -128,6 +152,9 @@ def report(phases: list[Phase], levels: list[int]) -> dict[str, object]:
                     "tokens_per_s": statistics.median(run.tokens_per_s for run in runs),
                     "gap_p50_ms": statistics.median(run.gap_p50_ms for run in runs),
                     "gap_p99_ms": statistics.median(run.gap_p99_ms for run in runs),
+                    "server_cpu_us_per_token": statistics.median(
+                        run.server_cpu_us_per_token for run in runs
+                    ),
                     "tokens_per_event": round(
                         sum(run.tokens for run in runs) / max(1, sum(run.events for run in runs)), 2
                     ),
@@ -143,7 +170,8 @@ def report(phases: list[Phase], levels: list[int]) -> dict[str, object]:
 
 
 def print_table(summary: dict[str, object]) -> None:
-    print(f"{'c':>4} {'path':>9} {'tok/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'tok/event':>9}")
+    header = f"{'c':>4} {'path':>9} {'tok/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'tok/event':>9}"
+    print(f"{header} {'cpu us/tok':>10}")
     for level, row in summary.items():
         assert isinstance(row, dict)
         for path in PATHS:
@@ -151,7 +179,8 @@ def print_table(summary: dict[str, object]) -> None:
                 f = row[path]
                 print(
                     f"{level:>4} {path:>9} {f['tokens_per_s']:>9.0f} {f['gap_p50_ms']:>8.3f} "
-                    f"{f['gap_p99_ms']:>8.3f} {f['tokens_per_event']:>9.2f}"
+                    f"{f['gap_p99_ms']:>8.3f} {f['tokens_per_event']:>9.2f} "
+                    f"{f['server_cpu_us_per_token']:>10.1f}"
                 )
         if "relay_over_direct" in row:
             print(f"{level:>4} relay / direct = {row['relay_over_direct']:.3f}")
@@ -194,10 +223,10 @@ def main() -> None:
             for level in levels:
                 streams = args.streams or max(32, 4 * level)
                 for path in paths:
-                    results, seconds = asyncio.run(
+                    results, seconds, cpu = asyncio.run(
                         run_phase(servers[path], level, streams, args.tokens, model[path])
                     )
-                    phase = summarize(path, level, repeat, results, seconds)
+                    phase = summarize(path, level, repeat, results, seconds, cpu)
                     logger.info("%s", phase)
                     phases.append(phase)
     summary = report(phases, levels)
