@@ -76,3 +76,17 @@ def test_a_request_drafts_at_most_its_own_length(
     from app.engine.draft_length import draft_limit
 
     assert draft_limit(extra_args, 5) == limit
+
+
+def test_each_draft_row_gets_its_requests_sampling_value() -> None:
+    # What vLLM's rejection sampler needs per draft row; its CPU kernel left the rows unset.
+    import torch
+
+    from app.engine.draft_worker import _expand_batch_to_tokens
+
+    cu_num_drafts = torch.tensor([2, 2, 5], dtype=torch.int32)
+    temperatures = torch.tensor([0.0, 1.0, 0.5])
+    expanded = _expand_batch_to_tokens(temperatures, cu_num_drafts, 5, replace_from=0, replace_to=1)
+    assert expanded.tolist() == [1.0, 1.0, 0.5, 0.5, 0.5]
+    top_k = _expand_batch_to_tokens(torch.tensor([7, 8, 9], dtype=torch.int32), cu_num_drafts, 5)
+    assert (top_k.dtype, top_k.tolist()) == (torch.int32, [7, 7, 9, 9, 9])

@@ -11,12 +11,21 @@ vLLM imports this module there when an engine names `WORKER_EXTENSION_QUALNAME` 
   whose top-k step fails on the empty batch of draft rows: a sampled request with top_k and
   no top_p, in a step with no drafts, killed the engine core. With length-0 requests beside
   others such steps are common.
+- On CPUs the rejection sampler's per-draft-row temperature, top-k and top-p are expanded in
+  PyTorch. vLLM 0.32's C++ stand-in for that Triton kernel (`_expand_kernel_impl`,
+  vllm/utils/cpu_triton_utils.py) fills an int64 copy of its output and never copies it back,
+  so the rows keep whatever `new_empty` held. In a step with drafts and any sampled request,
+  every draft row's logits were divided by that garbage: greedy drafting requests came out
+  as noise, and under a grammar a masked token could win ("grammar rejected tokens").
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+from vllm.platforms import current_platform
+from vllm.v1.sample import rejection_sampler
 from vllm.v1.sample.logits_processor import BUILTIN_LOGITS_PROCESSORS, LogitsProcessors
 from vllm.v1.worker import gpu_model_runner
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
@@ -86,3 +95,20 @@ def _build_with_builtins(
 
 
 gpu_model_runner.build_logitsprocs = _build_with_builtins  # type: ignore[attr-defined]
+
+
+def _expand_batch_to_tokens(
+    x: torch.Tensor,
+    cu_num_tokens: torch.Tensor,
+    num_tokens: int,
+    replace_from: int = 0,
+    replace_to: int = 0,
+) -> torch.Tensor:
+    """Each request's value once per draft row (x[i] repeated for its drafts), as vLLM's kernel."""
+    counts = torch.diff(cu_num_tokens, prepend=cu_num_tokens.new_zeros(1))
+    values = torch.where(x == replace_from, replace_to, x).to(x.dtype)
+    return values.repeat_interleave(counts.long(), output_size=num_tokens)
+
+
+if current_platform.is_cpu():
+    rejection_sampler.expand_batch_to_tokens = _expand_batch_to_tokens
