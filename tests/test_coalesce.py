@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import anyio
 import pytest
 
 from app.engine.coalesce import coalesced, merge_steps
@@ -107,3 +108,28 @@ async def test_closing_early_closes_the_source() -> None:
     assert (await anext(reader)).choices[0].text == " more"
     await reader.aclose()
     assert source_closed.is_set()
+
+
+async def test_a_reader_cancelled_again_and_again_lets_the_source_finish_closing() -> None:
+    # sse-starlette cancels a stream whose client left with an anyio cancel scope, which
+    # cancels every await in it, again and again. The source's own cleanup (closing the
+    # upstream connection takes awaits) must still run to its end, or the upstream goes on
+    # generating for nobody.
+    cleaned = asyncio.Event()
+
+    async def upstream() -> AsyncIterator[GenerationStep]:
+        try:
+            while True:
+                yield step(" x")
+                await asyncio.sleep(0.01)
+        finally:
+            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)
+            cleaned.set()
+
+    with anyio.CancelScope() as scope:
+        reader = coalesced(upstream())
+        await anext(reader)
+        scope.cancel()
+        await anext(reader)
+    await asyncio.wait_for(cleaned.wait(), 2)

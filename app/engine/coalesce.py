@@ -11,7 +11,6 @@ look, merged: one step, one SSE event, one socket write.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 
 from app.engine.types import ChoiceDelta, GenerationStep
@@ -55,12 +54,13 @@ async def coalesced(steps: AsyncIterator[GenerationStep]) -> AsyncGenerator[Gene
                     raise failure
                 return
     finally:
+        # One cancellation unwinds `steps` in the drain task, closing the upstream connection
+        # (which aborts the request there). It is waited for with asyncio.wait, which never
+        # passes a cancellation of this task on: awaiting the task itself would, and under
+        # sse-starlette's cancel scope (a client that left) every retry of it would cut that
+        # cleanup short and leave the connection open, the upstream still generating.
         draining.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await draining
-        aclose = getattr(steps, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await asyncio.wait({draining})
 
 
 def merge_steps(steps: Sequence[GenerationStep]) -> GenerationStep:
