@@ -10,7 +10,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from app.engine.types import ROUTES, Route, SpecDecodeStats, other_route
 from app.routing.classify import WorkloadClass
-from app.routing.load_model import Load
 from app.routing.policy import MoveCause
 
 if TYPE_CHECKING:
@@ -155,7 +154,7 @@ class GatewayMetrics:
         # Read at each scrape, so the gauge always shows the estimate the router is using.
         for workload in WorkloadClass:
             self.learned_speedup.labels(workload_class=workload.value).set_function(
-                partial(_speedup_alone, learner, workload)
+                partial(learner.speedup_alone, workload)
             )
 
     def record_decision(self, decision: RouteDecision) -> None:
@@ -198,9 +197,3 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-def _speedup_alone(learner: Learner, workload: WorkloadClass) -> float:
-    alone = Load()
-    plain = learner.ms_per_token(workload, "plain", alone)
-    return plain / learner.ms_per_token(workload, "speculative", alone)

@@ -149,6 +149,13 @@ class Learner:
     def acceptance(self, workload: WorkloadClass) -> Average:
         return self.classes[workload].acceptance_rate
 
+    def speedup_alone(self, workload: WorkloadClass) -> float:
+        """Plain over speculative ms per token, each alone on its engine: the learned speed-up."""
+        alone = Load()
+        return self.ms_per_token(workload, "plain", alone) / self.ms_per_token(
+            workload, "speculative", alone
+        )
+
     def snapshot(self) -> dict[str, dict[str, Any]]:
         alone = Load()
         return {
@@ -157,10 +164,7 @@ class Learner:
                 "speculative_ms_per_token_alone": _rounded(
                     self.ms_per_token(workload, "speculative", alone)
                 ),
-                "expected_speedup": _rounded(
-                    self.ms_per_token(workload, "plain", alone)
-                    / self.ms_per_token(workload, "speculative", alone)
-                ),
+                "expected_speedup": _rounded(self.speedup_alone(workload)),
                 "speculative_tokens_per_step": _rounded(estimates.tokens_per_step.value),
                 "tokens_per_step_samples": estimates.tokens_per_step.samples,
                 "factor": {

@@ -24,12 +24,14 @@ from app.wire.common import ChunkShape, route_info
 logger = logging.getLogger("specgate.streaming")
 
 DONE = "[DONE]"
-DONE_EVENT = b"data: [DONE]\n\n"
 
 
-def data_event(data: str | bytes) -> bytes:
+def data_event(data: str) -> bytes:
     """One SSE event with a single-line `data` field ("\n" line ends, as OpenAI sends)."""
-    return b"data: " + (data.encode() if isinstance(data, str) else data) + b"\n\n"
+    return b"data: " + data.encode() + b"\n\n"
+
+
+DONE_EVENT = data_event(DONE)
 
 
 async def sse_events(run: Run, shape: ChunkShape, include_usage: bool) -> AsyncIterator[bytes]:
