@@ -208,6 +208,7 @@ class Gateway:
                 p,
                 options,
                 decision.draft_length,
+                decision.acceptance_prior,
                 tools,
             )
             for i, p in enumerate(prompts)
@@ -316,10 +317,13 @@ class Gateway:
                 learner.observe(observation)
             if run.time_to_first_token is not None:
                 learner.observe_prefill(run.route, run.prompt_tokens, run.time_to_first_token)
-        if run.spec is not None:
-            learner.observe_acceptance(run.decision.workload_class, run.spec)
         shadow = run.shadow
-        if run.route == "plain" and not run.moved and shadow is not None and shadow.steps:
+        # An adaptive run drafted what the engine chose to: its class learns from the
+        # replay of drafting every step instead, as a plain run's does.
+        replayed = run.route == "plain" or run.decision.basis == "adaptive"
+        if run.spec is not None and not (replayed and shadow is not None):
+            learner.observe_acceptance(run.decision.workload_class, run.spec)
+        if replayed and not run.moved and shadow is not None and shadow.steps:
             # What drafting would have yielded, learned without sending the request there.
             learner.observe_shadow(
                 run.decision.workload_class, shadow.recent_tokens_per_step(shadow.steps) or 1.0

@@ -14,6 +14,7 @@ from app.api.body_guard import BodyGuard
 from app.api.exception_handlers import install_error_handlers
 from app.api.openapi_docs import install_openapi
 from app.engine.base import Engine
+from app.engine.route_view import shared_engine
 from app.engine.types import Route
 from app.gateway import Gateway
 from app.metrics import GatewayMetrics
@@ -26,7 +27,7 @@ from app.settings import Settings
 from app.tool_calls import CallParsers
 
 
-def build_route_policy(settings: Settings) -> RoutePolicy:
+def build_route_policy(settings: Settings, adaptive: bool = False) -> RoutePolicy:
     rules = RoutingRules(
         pins={WorkloadClass(name): route for name, route in settings.routing_pins.items()},
         exploration=settings.routing_exploration,
@@ -34,7 +35,7 @@ def build_route_policy(settings: Settings) -> RoutePolicy:
         max_speculative_load=settings.routing_max_speculative_load,
         min_acceptance=settings.routing_min_acceptance,
     )
-    return RoutePolicy(rules, Learner())
+    return RoutePolicy(rules, Learner(), adaptive=adaptive)
 
 
 def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gateway:
@@ -50,7 +51,10 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         )
         metrics.watch_queue(route, admission.queued)
         admissions[route] = admission
-    policy = build_route_policy(settings)
+    # One engine for both routes chooses every request's draft length at every step: no
+    # route to price per request, and nothing to move between.
+    adaptive = shared_engine(engines) is not None
+    policy = build_route_policy(settings, adaptive)
     metrics.watch_learner(policy.learner)
     return Gateway(
         settings.model_id,
@@ -61,7 +65,7 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         shutdown_grace_seconds=settings.shutdown_grace_seconds,
         log_requests=settings.log_requests,
         shadow=shadow_config(settings, engines),
-        mid_stream=settings.routing_mid_stream == "on",
+        mid_stream=settings.routing_mid_stream == "on" and not adaptive,
         max_draft_length=max_draft_length(settings),
         call_parsers=call_parsers(settings, engines),
         max_tokens_default=settings.max_tokens_default,

@@ -43,6 +43,15 @@ def core_plan(layout: CpuLayout, routes: Sequence[Route]) -> dict[Route, str]:
     return {route: ",".join(str(core) for core in cores) for route, cores in shares.items()}
 
 
+def whole_machine() -> str | None:
+    """The binding for an engine that is alone: every core this process may use, none
+    reserved (vLLM's default keeps one core for its scheduler, which on a 2-core machine
+    halves the compute). None when the operator set the binding."""
+    if os.environ.get(BIND_VARIABLE):
+        return None
+    return ",".join(str(core) for core in sorted(os.sched_getaffinity(0)))
+
+
 @contextlib.contextmanager
 def bound_to(cores: str | None) -> Iterator[None]:
     """Set vLLM's binding while an engine core process is spawned; it inherits the value."""

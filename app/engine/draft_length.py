@@ -1,9 +1,14 @@
-"""Per-request draft length inside one speculative vLLM engine.
+"""Per-request draft length inside one speculative vLLM engine, re-chosen every step.
 
-A request may carry its own limit on draft tokens per step, 0..K, in
-`SamplingParams.extra_args[DRAFT_LENGTH_KEY]`; 0 means it never drafts, so one speculative
-engine can serve both routes. vLLM loads `DraftLengthScheduler` in its engine core process
-by qualified name (`scheduler_cls`); `DraftWorkerExtension` is loaded in the worker process
+A request may carry, in `SamplingParams.extra_args`, its own limit on draft tokens per step
+(`DRAFT_LENGTH_KEY`, 0..K; 0 means it never drafts, so one speculative engine can serve both
+routes) and an acceptance prior (`ACCEPTANCE_PRIOR_KEY`). With a prior, the length is not
+fixed: each step the scheduler picks every such request's length in 0..limit for the
+batch's goodput (app/routing/goodput.py), from the request's acceptance so far and the
+engine's step times. Without one, the request verifies up to its limit every step.
+
+vLLM loads `DraftLengthScheduler` in its engine core process by qualified name
+(`scheduler_cls`); `DraftWorkerExtension` is loaded in the worker process
 (`worker_extension_cls`) and patches worker functions when its module is imported there.
 
 A request that never drafts samples as on a plain engine, so it may carry the sampling
@@ -14,16 +19,38 @@ check, in whichever process imports it (the gateway's, where requests are checke
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
-from vllm.config import SpeculativeConfig
+from vllm.config import SpeculativeConfig, VllmConfig
+from vllm.platforms import current_platform
 from vllm.sampling_params import SamplingParams
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.outputs import DraftTokenIds
+from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+
+from app.routing.goodput import (
+    CPU_STEP_PRIOR,
+    GPU_STEP_PRIOR,
+    AcceptanceEstimate,
+    Candidate,
+    StepCost,
+    choose_lengths,
+    evidence,
+)
+
+# Under "vllm", whose handlers the engine core process configures (it runs there).
+logger = logging.getLogger("vllm.specgate.scheduler")
 
 DRAFT_LENGTH_KEY = "specgate_draft_length"
+ACCEPTANCE_PRIOR_KEY = "specgate_acceptance_prior"
 SCHEDULER_QUALNAME = "app.engine.draft_length.DraftLengthScheduler"
+# A request that asked for a fixed length is assumed to accept this share per position
+# until its own drafts say otherwise (it only weighs in the batch's expected tokens).
+FIXED_LENGTH_PRIOR = 0.5
+# How often the engine core logs its learned step-cost line (steps).
+STEP_COST_LOG_EVERY = 500
 
 
 def draft_limit(extra_args: dict[str, Any] | None, k: int) -> int:
@@ -32,42 +59,112 @@ def draft_limit(extra_args: dict[str, Any] | None, k: int) -> int:
     return k if value is None else max(0, min(int(value), k))
 
 
+def acceptance_prior(extra_args: dict[str, Any] | None) -> float | None:
+    """The request's acceptance prior, in [0, 1): it asks for a length re-chosen each step."""
+    value = extra_args.get(ACCEPTANCE_PRIOR_KEY) if extra_args else None
+    return None if value is None else min(max(float(value), 0.0), 0.99)
+
+
 class DraftLengthScheduler(Scheduler):
-    """vLLM's scheduler, with each request's proposed drafts cut to the request's limit.
+    """vLLM's scheduler, with each request's proposed drafts cut to its length for the step.
 
     With async scheduling off (always so for ngram, and on CPUs), the engine core hands each
     step's proposals to `update_draft_token_ids`; what is left there is what gets verified,
     counted in the per-request metrics, and given KV slots. An empty list makes the step a
-    plain one-token decode for that request.
+    plain one-token decode for that request. Proposals the rule leaves out are held, and
+    checked against what the step produces, as evidence of the request's acceptance.
     """
+
+    def __init__(self, vllm_config: VllmConfig, *args: Any, **kwargs: Any) -> None:
+        super().__init__(vllm_config, *args, **kwargs)
+        self.step_cost = StepCost(CPU_STEP_PRIOR if current_platform.is_cpu() else GPU_STEP_PRIOR)
+        self._acceptance: dict[str, AcceptanceEstimate] = {}
+        # Per request, every token proposed for the coming step, verified or held back.
+        self._proposed: dict[str, list[int]] = {}
+        self._step_started: tuple[float, int, int] | None = None
+
+    def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        output = super().schedule(*args, **kwargs)
+        if output.total_num_scheduled_tokens:
+            sequences = len(output.num_scheduled_tokens)
+            self._step_started = (time.perf_counter(), sequences, output.total_num_scheduled_tokens)
+        return output
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> Any:
+        if self._step_started is not None:
+            started, sequences, tokens = self._step_started
+            self._step_started = None
+            self.step_cost.observe(sequences, tokens, (time.perf_counter() - started) * 1000)
+            if self.step_cost.samples % STEP_COST_LOG_EVERY == 0:
+                logger.info("step cost line: %s", self.step_cost.snapshot())
+        self._learn_acceptance(scheduler_output, model_runner_output)
+        return super().update_from_output(scheduler_output, model_runner_output)
+
+    def _learn_acceptance(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> None:
+        sampled = model_runner_output.sampled_token_ids
+        index = model_runner_output.req_id_to_index
+        for request_id, proposed in self._proposed.items():
+            estimate = self._acceptance.get(request_id)
+            position = index.get(request_id)
+            if estimate is None or position is None or not sampled or position >= len(sampled):
+                continue
+            found = evidence(proposed, list(sampled[position]))
+            if found is not None:
+                estimate.observe(*found)
+        self._proposed = {}
 
     def update_draft_token_ids(self, draft_token_ids: DraftTokenIds) -> None:
         k = self.num_spec_tokens
         proposals = draft_token_ids.draft_token_ids
+        chosen: list[tuple[int, list[int], Candidate]] = []
         for i, request_id in enumerate(draft_token_ids.req_ids):
             request = self.requests.get(request_id)
             if request is None or request.sampling_params is None:
                 continue
-            limit = draft_limit(request.sampling_params.extra_args, k)
-            if len(proposals[i]) > limit:
-                proposals[i] = proposals[i][:limit]
+            extra_args = request.sampling_params.extra_args
+            offered = proposals[i][: draft_limit(extra_args, k)]
+            prior = acceptance_prior(extra_args)
+            estimate = self._acceptance.get(request_id)
+            if estimate is None:
+                estimate = AcceptanceEstimate(FIXED_LENGTH_PRIOR if prior is None else prior)
+                self._acceptance[request_id] = estimate
+            if proposals[i] and not request.is_prefill_chunk:
+                self._proposed[request_id] = list(proposals[i])
+            candidate = Candidate(len(offered), estimate.value, adaptive=prior is not None)
+            chosen.append((i, offered, candidate))
+        lengths = choose_lengths([c for _, _, c in chosen], len(self.running), self.step_cost)
+        for (i, offered, _), length in zip(chosen, lengths, strict=True):
+            proposals[i] = offered[:length]
         super().update_draft_token_ids(draft_token_ids)
+        self._forget_finished()
+
+    def _forget_finished(self) -> None:
+        if len(self._acceptance) > len(self.requests):
+            for request_id in [r for r in self._acceptance if r not in self.requests]:
+                del self._acceptance[request_id]
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
         # vLLM pads a request that enters with a single token left to compute (a one-token
-        # prompt, or a resubmission whose prefix is cached, as a move in this layout is)
-        # to the uniform 1+K verification shape, with K placeholder drafts. For a request of
-        # a shorter length those rows are wasted work; for one of length 0 they also move
-        # its token from the plain Sampler to the rejection sampler's draft rows, where
-        # min_p and logit_bias do not act. Placeholders beyond the request's length go,
-        # before the step's token counts are committed.
+        # prompt, or a resubmission whose prefix is cached) to the uniform 1+K verification
+        # shape, with K placeholder drafts. For a request of a shorter length, or one whose
+        # length is chosen per step (placeholders are never accepted), those rows are wasted
+        # work; for one of length 0 they also move its token from the plain Sampler to the
+        # rejection sampler's draft rows, where min_p and logit_bias do not act.
+        # Placeholders beyond that go, before the step's token counts are committed.
         k = self.num_spec_tokens
         scheduled = scheduler_output.scheduled_spec_decode_tokens
         for request_id, drafts in list(scheduled.items()):
             request = self.requests.get(request_id)
             if request is None or request.sampling_params is None:
                 continue
-            limit = draft_limit(request.sampling_params.extra_args, k)
+            extra_args = request.sampling_params.extra_args
+            limit = draft_limit(extra_args, k)
+            if acceptance_prior(extra_args) is not None and -1 in drafts:
+                limit = 0
             excess = len(drafts) - limit
             if excess <= 0:
                 continue

@@ -16,7 +16,7 @@ import psutil
 
 from app.embedded_model import prepare_embedded_model
 from app.engine.base import Engine
-from app.engine.cpu_cores import bound_to, core_plan
+from app.engine.cpu_cores import bound_to, core_plan, whole_machine
 from app.engine.remote import RemoteEngine
 from app.engine.route_view import route_views
 from app.engine.types import ROUTES, Route
@@ -112,11 +112,18 @@ async def _start_shared_engine(
     settings: Settings, stack: AsyncExitStack, model_path: str
 ) -> dict[Route, Engine]:
     """One speculative engine serving both routes; the plain route's requests draft nothing."""
-    from app.engine.vllm_engine import VllmEngine
+    from app.engine.vllm_engine import VllmEngine, on_cpu
 
     started = time.monotonic()
-    # One engine keeps vLLM's own CPU binding: there is no second engine to give cores to.
-    engine = await asyncio.to_thread(VllmEngine.start, settings, model_path, "speculative", True)
+    # On a CPU the one engine computes on every core (measured ahead of vLLM's default
+    # binding, which reserves one: README, "One engine").
+    cores = whole_machine() if on_cpu() else None
+    if cores is not None:
+        logger.info("the shared engine computes on CPU cores %s", cores)
+    with bound_to(cores):
+        engine = await asyncio.to_thread(
+            VllmEngine.start, settings, model_path, "speculative", True
+        )
     stack.push_async_callback(engine.aclose)
     logger.info("shared engine ready in %.1f s", time.monotonic() - started)
     return route_views(engine)

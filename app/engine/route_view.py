@@ -8,7 +8,7 @@ once, by whoever started it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -29,7 +29,7 @@ class RouteView:
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
         if self.route == "plain":
-            request = replace(request, draft_length=0)
+            request = replace(request, draft_length=0, acceptance_prior=None)
         self._open += 1
         try:
             async for step in self.engine.generate(request):
@@ -56,3 +56,11 @@ class RouteView:
 
 def route_views(engine: Engine) -> dict[Route, Engine]:
     return {route: RouteView(engine, route) for route in ("speculative", "plain")}
+
+
+def shared_engine(engines: Mapping[Route, Engine]) -> Engine | None:
+    """The one engine behind both routes' views, if it takes a draft length per request."""
+    engine = getattr(engines.get("speculative"), "engine", None)
+    if engine is None or getattr(engines.get("plain"), "engine", None) is not engine:
+        return None
+    return engine if getattr(engine, "per_request_draft_length", False) else None

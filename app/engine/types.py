@@ -66,6 +66,10 @@ class GenerationRequest:
     # The most draft tokens a speculative engine may verify per step for this request
     # (0: none); None leaves the engine's own K.
     draft_length: int | None = None
+    # Set: the engine re-chooses the draft length (0..draft_length) every step for the
+    # batch's goodput, starting from this per-position acceptance (app/routing/goodput.py).
+    # None: the request verifies up to draft_length every step.
+    acceptance_prior: float | None = None
     # A chat request's function tools, in OpenAI's shape, for the chat template.
     tools: tuple[dict[str, Any], ...] | None = None
 
@@ -75,6 +79,9 @@ class SpecDecodeStats:
     drafts: int
     draft_tokens: int
     accepted_tokens: int
+    # Verification steps by draft length: element i counts steps that checked i+1 draft
+    # tokens (empty when the engine does not report it).
+    draft_lengths: tuple[int, ...] = ()
 
     @property
     def acceptance_rate(self) -> float:
@@ -86,10 +93,14 @@ class SpecDecodeStats:
         return 1 + self.accepted_tokens / max(self.drafts, 1)
 
     def __add__(self, other: SpecDecodeStats) -> SpecDecodeStats:
+        longest = max(len(self.draft_lengths), len(other.draft_lengths))
+        mine = (*self.draft_lengths, *[0] * (longest - len(self.draft_lengths)))
+        theirs = (*other.draft_lengths, *[0] * (longest - len(other.draft_lengths)))
         return SpecDecodeStats(
             self.drafts + other.drafts,
             self.draft_tokens + other.draft_tokens,
             self.accepted_tokens + other.accepted_tokens,
+            tuple(a + b for a, b in zip(mine, theirs, strict=True)),
         )
 
 

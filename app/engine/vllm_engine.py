@@ -24,7 +24,7 @@ from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 from vllm.v1.metrics.stats import RequestSpecDecodeMetrics
 
 from app.engine.capabilities import Refusal, drafting_refusal
-from app.engine.draft_length import DRAFT_LENGTH_KEY, SCHEDULER_QUALNAME
+from app.engine.draft_length import ACCEPTANCE_PRIOR_KEY, DRAFT_LENGTH_KEY, SCHEDULER_QUALNAME
 from app.engine.draft_worker import WORKER_EXTENSION_QUALNAME
 from app.engine.sampling_table import engine_sampling, finish_reason
 from app.engine.types import (
@@ -81,7 +81,8 @@ def engine_args(
     extra: dict[str, Any] = {}
     if speculative:
         extra["speculative_config"] = settings.engine_speculative_config()
-        extra["per_request_spec_decode_metrics"] = "summary"
+        # "detailed": each verification step's draft length too (the usage's draft_lengths).
+        extra["per_request_spec_decode_metrics"] = "detailed"
         # Each request's own draft length (GenerationRequest.draft_length), 0..K.
         extra["scheduler_cls"] = SCHEDULER_QUALNAME
         extra["worker_extension_cls"] = WORKER_EXTENSION_QUALNAME
@@ -141,8 +142,8 @@ class VllmEngine:
         self._check_logit_bias(options.logit_bias)
         self._check_servable(options, request.draft_length)
         params = self._sampling_params(options)
-        if request.draft_length is not None and self.per_request_draft_length:
-            params.extra_args = {DRAFT_LENGTH_KEY: request.draft_length}
+        if self.per_request_draft_length:
+            params.extra_args = draft_args(request)
         stream = self._running().generate(
             {"prompt_token_ids": prompt_ids}, params, request_id=request.request_id
         )
@@ -372,6 +373,16 @@ class VllmEngine:
             raise InvalidRequestError(str(exc), param=getattr(exc, "parameter", None)) from exc
 
 
+def draft_args(request: GenerationRequest) -> dict[str, Any] | None:
+    """What the speculative engine's scheduler reads of a request's drafting."""
+    args: dict[str, Any] = {}
+    if request.draft_length is not None:
+        args[DRAFT_LENGTH_KEY] = request.draft_length
+    if request.acceptance_prior is not None and request.draft_length != 0:
+        args[ACCEPTANCE_PRIOR_KEY] = request.acceptance_prior
+    return args or None
+
+
 def _finite(logprob: float) -> float:
     # JSON has no -inf; OpenAI reports "very unlikely" as -9999.0.
     return max(logprob, -9999.0)
@@ -380,8 +391,13 @@ def _finite(logprob: float) -> float:
 def _spec_stats(metrics: RequestSpecDecodeMetrics | None) -> SpecDecodeStats | None:
     if metrics is None:
         return None
+    lengths = [0] * metrics.num_spec_tokens
+    for drafted in metrics.per_step_drafted:
+        if 0 < drafted <= len(lengths):
+            lengths[drafted - 1] += 1
     return SpecDecodeStats(
         drafts=sum(metrics.histogram),
         draft_tokens=metrics.num_draft_tokens,
         accepted_tokens=sum(accepted * count for accepted, count in enumerate(metrics.histogram)),
+        draft_lengths=tuple(lengths) if metrics.per_step_drafted else (),
     )

@@ -35,6 +35,18 @@ CPU_SPECULATIVE_FACTORS: dict[WorkloadClass, float] = {
     WorkloadClass.CODE: 0.93,
     WorkloadClass.OPEN_ENDED: 1.22,
 }
+# Each class's per-position draft acceptance before it has been seen (ngram K=5): solved from
+# the acceptance rates of bench/results/summary.md at concurrency 1 (code 0.47, structured
+# 0.37, edit 0.33, open-ended 0.02 of draft tokens) for a geometric acceptance. Traffic
+# replaces them (the shadow drafter's replay of every output counts).
+PRIOR_POSITION_ACCEPTANCE: dict[WorkloadClass, float] = {
+    WorkloadClass.STRUCTURED: 0.68,
+    WorkloadClass.CODE_EDIT: 0.65,
+    WorkloadClass.REWRITE: 0.65,
+    WorkloadClass.CODE: 0.6,
+    WorkloadClass.FRESH_JSON: 0.3,
+    WorkloadClass.OPEN_ENDED: 0.1,
+}
 # What an absent max_tokens is expected to produce, before any request of the class finished.
 PRIOR_OUTPUT_TOKENS = 128.0
 # Time to first token per prompt token (bench/results: about 100 ms for 100-200 tokens).
@@ -61,6 +73,9 @@ class ClassEstimates:
     factor: dict[Route, Average]
     tokens_per_step: Average  # on the speculative route, the bonus token included
     acceptance_rate: Average
+    # Per draft position: accepted / (accepted + drafts), the chance each next draft token
+    # lands (a draft ends at its first miss; counted as one, it errs low when drafts land whole).
+    position_acceptance: Average
     output_tokens: Average
     # ms per output token as served, whatever the load: for people reading /v1/routing.
     latency: dict[Route, Average]
@@ -99,6 +114,7 @@ class Learner:
                 },
                 tokens_per_step=Average(None, alpha),
                 acceptance_rate=Average(None, alpha),
+                position_acceptance=Average(PRIOR_POSITION_ACCEPTANCE.get(workload, 0.3), alpha),
                 output_tokens=Average(PRIOR_OUTPUT_TOKENS, alpha),
                 latency={"plain": Average(None, alpha), "speculative": Average(None, alpha)},
             )
@@ -144,7 +160,16 @@ class Learner:
     def observe_acceptance(self, workload: WorkloadClass, stats: SpecDecodeStats) -> None:
         if stats.draft_tokens == 0:
             return  # nothing was drafted: no evidence either way
-        self.classes[workload].acceptance_rate.observe(stats.acceptance_rate)
+        estimates = self.classes[workload]
+        estimates.acceptance_rate.observe(stats.acceptance_rate)
+        estimates.position_acceptance.observe(
+            stats.accepted_tokens / (stats.accepted_tokens + stats.drafts)
+        )
+
+    def acceptance_prior(self, workload: WorkloadClass) -> float:
+        """The per-position acceptance a new request of `workload` is expected to have."""
+        value = self.classes[workload].position_acceptance.value
+        return round(min(max(value if value is not None else 0.3, 0.0), 0.95), 4)
 
     def acceptance(self, workload: WorkloadClass) -> Average:
         return self.classes[workload].acceptance_rate
@@ -177,6 +202,7 @@ class Learner:
                 "speculative_samples": estimates.factor["speculative"].samples,
                 "acceptance_rate": _rounded(estimates.acceptance_rate.value),
                 "acceptance_samples": estimates.acceptance_rate.samples,
+                "position_acceptance": _rounded(estimates.position_acceptance.value),
                 "mean_output_tokens": _rounded(estimates.output_tokens.value),
             }
             for workload, estimates in self.classes.items()

@@ -21,9 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.engine.types import Route
-
-Vector = list[float]
-Matrix = list[list[float]]
+from app.routing.least_squares import RecursiveLeastSquares, Vector
 
 
 @dataclass(frozen=True)
@@ -74,35 +72,25 @@ class LoadLine:
     """Recursive least squares over (1, plain in flight, speculative in flight) -> ms/token."""
 
     def __init__(self, prior: LinePrior, prior_weight: float = PRIOR_WEIGHT) -> None:
-        self.theta: Vector = [prior.base_ms, prior.per_plain_ms, prior.per_speculative_ms]
-        # The inverse information matrix: a small diagonal says the prior is well known.
-        self._p: Matrix = [
-            [1.0 / prior_weight if i == j else 0.0 for j in range(3)] for i in range(3)
-        ]
-        self._max_trace = 3.0 / prior_weight
-        self.samples = 0
+        self._fit = RecursiveLeastSquares(
+            (prior.base_ms, prior.per_plain_ms, prior.per_speculative_ms), prior_weight, FORGETTING
+        )
+
+    @property
+    def theta(self) -> list[float]:
+        return self._fit.theta
+
+    @property
+    def samples(self) -> int:
+        return self._fit.samples
 
     def predict(self, load: Load) -> float:
         # A token never takes less than a small share of a lone one, however the fit drifts.
         floor = 0.1 * max(self.theta[0], 1e-3)
-        return max(floor, _dot(self.theta, load.features()))
+        return max(floor, self._fit.predict(load.features()))
 
     def observe(self, load: Load, ms: float, weight: float = 1.0) -> None:
-        x = load.features()
-        px = [_dot(row, x) for row in self._p]
-        # Forgetting inflates the uncertainty of directions traffic does not excite (a load
-        # never seen); past the prior's uncertainty it would wind up and let one odd
-        # observation swing the fit, so forgetting pauses there.
-        trace = sum(self._p[i][i] for i in range(3))
-        forgetting = FORGETTING if trace < self._max_trace else 1.0
-        gain_denominator = forgetting / weight + _dot(x, px)
-        gain = [value / gain_denominator for value in px]
-        error = ms - _dot(self.theta, x)
-        self.theta = [t + g * error for t, g in zip(self.theta, gain, strict=True)]
-        self._p = [
-            [(self._p[i][j] - gain[i] * px[j]) / forgetting for j in range(3)] for i in range(3)
-        ]
-        self.samples += 1
+        self._fit.observe(load.features(), ms, weight)
 
     def snapshot(self) -> dict[str, float | int]:
         base, per_plain, per_speculative = self.theta
@@ -135,7 +123,3 @@ class LoadModel:
 
     def snapshot(self) -> dict[str, dict[str, float | int]]:
         return {route: model.snapshot() for route, model in self.routes.items()}
-
-
-def _dot(a: Vector, b: Vector) -> float:
-    return sum(x * y for x, y in zip(a, b, strict=True))

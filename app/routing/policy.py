@@ -34,6 +34,7 @@ Basis = Literal[
     "load",
     "acceptance",
     "learned",
+    "adaptive",
     "explore",
     "fallback",
 ]
@@ -96,6 +97,9 @@ class RouteDecision:
     load: Load = field(default_factory=Load)
     # The most draft tokens per step the client allowed (None: the engine's K).
     draft_length: int | None = None
+    # Set when the engine chooses the draft length per step (basis "adaptive"): the
+    # per-position acceptance its class is expected to have.
+    acceptance_prior: float | None = None
 
 
 @dataclass(frozen=True)
@@ -141,12 +145,21 @@ def parse_header(header_value: str | None) -> ClientChoice:
 
 
 class RoutePolicy:
+    """`adaptive`: one engine serves both routes and chooses each request's draft length at
+    every step (app/routing/goodput.py); `auto` requests then go to it with their class's
+    acceptance prior instead of being priced per route here."""
+
     def __init__(
-        self, rules: RoutingRules, learner: Learner, rng: random.Random | None = None
+        self,
+        rules: RoutingRules,
+        learner: Learner,
+        rng: random.Random | None = None,
+        adaptive: bool = False,
     ) -> None:
         self.rules = rules
         self.learner = learner
         self._rng = rng or random.Random()
+        self.adaptive = adaptive
 
     def decide(
         self,
@@ -178,7 +191,9 @@ class RoutePolicy:
         if pinned is not None:
             return RouteDecision(pinned, workload, "pinned", f"pinned: {workload} -> {pinned}")
         decision = replace(self._measured(workload, features, load, running), load=load)
-        if self.rules.exploration and self._rng.random() < self.rules.exploration:
+        # The adaptive engine explores by itself: drafts it leaves out are still checked.
+        explore = self.rules.exploration and decision.basis == "learned"
+        if explore and self._rng.random() < self.rules.exploration:
             other = other_route(decision.route)
             return RouteDecision(
                 other, workload, "explore", f"explore: trying {other} for {workload}"
@@ -216,6 +231,16 @@ class RoutePolicy:
                 workload,
                 "acceptance",
                 f"acceptance {acceptance.value:.2f} < {rules.min_acceptance} for {workload}",
+            )
+        if self.adaptive:
+            prior = self.learner.acceptance_prior(workload)
+            return RouteDecision(
+                "speculative",
+                workload,
+                "adaptive",
+                f"adaptive: the engine chooses each step's draft length for {workload}, "
+                f"from an acceptance of {prior:.2f} per draft token",
+                acceptance_prior=prior,
             )
         costs = {
             route: self.cost(route, workload, features.max_tokens, load, running)

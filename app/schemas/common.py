@@ -169,6 +169,12 @@ class SpeculativeUsage(BaseModel):
     draft_tokens: int = Field(description="Tokens the drafter proposed.")
     accepted_tokens: int = Field(description="Proposed tokens the target model accepted.")
     acceptance_rate: float = Field(description="accepted_tokens / draft_tokens (0 if none).")
+    draft_lengths: list[int] | None = Field(
+        None,
+        description="Verification steps by draft length: element i counts the steps that "
+        "checked i+1 draft tokens (an embedded engine chooses the length per step).",
+        exclude_if=is_none,
+    )
 
 
 class Usage(BaseModel):

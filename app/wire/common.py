@@ -56,6 +56,7 @@ def _usage_of(spec: SpecDecodeStats | None) -> SpeculativeUsage | None:
         draft_tokens=spec.draft_tokens,
         accepted_tokens=spec.accepted_tokens,
         acceptance_rate=round(spec.acceptance_rate, 4),
+        draft_lengths=list(spec.draft_lengths) if spec.draft_lengths else None,
     )
 
 

@@ -1,0 +1,145 @@
+"""The per-step draft-length rule (app/routing/goodput.py), with controlled inputs."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from app.routing.goodput import (
+    CPU_STEP_PRIOR,
+    GPU_STEP_PRIOR,
+    AcceptanceEstimate,
+    Candidate,
+    StepCost,
+    StepCostPrior,
+    choose_lengths,
+    evidence,
+    expected_tokens,
+)
+
+
+def goodput(
+    candidates: list[Candidate],
+    lengths: tuple[int, ...] | list[int],
+    sequences: int,
+    cost: StepCost,
+) -> float:
+    produced = sequences + sum(
+        expected_tokens(c.acceptance, k) - 1 for c, k in zip(candidates, lengths, strict=True)
+    )
+    return produced / cost.predict(sequences, sequences + sum(lengths))
+
+
+def test_expected_tokens_is_the_geometric_sum() -> None:
+    assert expected_tokens(0.5, 0) == 1.0
+    assert expected_tokens(0.5, 3) == pytest.approx((1 - 0.5**4) / (1 - 0.5))
+    assert expected_tokens(0.0, 5) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("drafts", "produced", "found"),
+    [
+        ([7, 8, 9], [7, 8, 5], (2, True)),  # two accepted, the third rejected
+        ([7, 8, 9], [7, 8, 9, 4], (3, False)),  # all accepted, the bonus token unseen
+        ([7, 8], [7, 8, 3], (2, False)),
+        ([7, 8, 9], [7], (1, False)),  # a held draft matched the step's only token
+        ([7, 8, 9], [6], (0, True)),  # it did not
+        ([], [6], None),
+        ([7], [], None),
+    ],
+)
+def test_evidence_counts_leading_matches_then_the_miss(
+    drafts: list[int], produced: list[int], found: tuple[int, bool] | None
+) -> None:
+    assert evidence(drafts, produced) == found
+
+
+def test_acceptance_starts_at_the_prior_and_follows_recent_steps() -> None:
+    estimate = AcceptanceEstimate(prior=0.6)
+    assert estimate.value == pytest.approx(0.6)
+    for _ in range(30):
+        estimate.observe(0, True)  # every draft missed at once
+    assert estimate.value < 0.1
+    for _ in range(30):
+        estimate.observe(3, False)  # then the answer starts copying
+    assert estimate.value > 0.8
+
+
+def test_a_cheap_verification_drafts_everything_on_offer() -> None:
+    cost = StepCost(GPU_STEP_PRIOR)
+    candidates = [Candidate(5, 0.7), Candidate(3, 0.4)]
+    assert choose_lengths(candidates, sequences=2, cost=cost) == [5, 3]
+
+
+def test_an_expensive_verification_drafts_nothing_for_fresh_text() -> None:
+    cost = StepCost(StepCostPrior(base_ms=20, per_sequence_ms=3, per_token_ms=10))
+    assert choose_lengths([Candidate(5, 0.1)], sequences=1, cost=cost) == [0]
+
+
+def test_a_fixed_length_is_kept_whatever_it_costs() -> None:
+    cost = StepCost(StepCostPrior(base_ms=20, per_sequence_ms=3, per_token_ms=10))
+    candidates = [Candidate(4, 0.0, adaptive=False), Candidate(5, 0.1)]
+    assert choose_lengths(candidates, sequences=2, cost=cost) == [4, 0]
+
+
+def test_the_same_request_drafts_less_as_the_batch_grows() -> None:
+    # A compute-bound device: each token computed costs far more than each sequence.
+    cost = StepCost(StepCostPrior(base_ms=20, per_sequence_ms=0.5, per_token_ms=4))
+    lengths = [
+        choose_lengths([Candidate(5, 0.6)], sequences=n, cost=cost)[0] for n in (1, 2, 4, 8, 32)
+    ]
+    assert lengths == sorted(lengths, reverse=True)
+    assert lengths[0] >= 2 and lengths[-1] == 0
+
+
+def test_likelier_drafts_get_at_least_as_many_tokens() -> None:
+    cost = StepCost(CPU_STEP_PRIOR)
+    candidates = [Candidate(5, a) for a in (0.2, 0.5, 0.8, 0.95)]
+    lengths = choose_lengths(candidates, sequences=4, cost=cost)
+    assert lengths == sorted(lengths)
+    assert lengths[-1] > lengths[0]
+
+
+def test_the_lengths_maximise_the_batch_goodput() -> None:
+    rng = random.Random(7)
+    priors = [CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior(10, 1, 4)]
+    for _ in range(200):
+        cost = StepCost(rng.choice(priors))
+        candidates = [
+            Candidate(rng.randint(0, 3), rng.random(), adaptive=rng.random() < 0.8)
+            for _ in range(rng.randint(1, 3))
+        ]
+        sequences = len(candidates) + rng.randint(0, 6)
+        chosen = choose_lengths(candidates, sequences, cost)
+        options = [range(c.available + 1) if c.adaptive else (c.available,) for c in candidates]
+        best = max(goodput(candidates, ks, sequences, cost) for ks in itertools.product(*options))
+        assert goodput(candidates, chosen, sequences, cost) == pytest.approx(best, rel=1e-9)
+
+
+def test_a_request_stops_and_restarts_drafting_as_its_evidence_changes() -> None:
+    """Mid-stream: the length follows the request's own acceptance, step by step."""
+    cost = StepCost(StepCostPrior(base_ms=20, per_sequence_ms=3, per_token_ms=4))
+    estimate = AcceptanceEstimate(prior=0.7)
+    history = []
+    for step in range(40):
+        length = choose_lengths([Candidate(5, estimate.value)], sequences=1, cost=cost)[0]
+        history.append(length)
+        # Fresh text for 20 steps (every draft misses), then a copy (every draft lands).
+        copying = step >= 20
+        estimate.observe(max(length, 1) if copying else 0, not copying)
+    assert history[0] > 0
+    assert 0 in history[:20]
+    assert history[-1] > 0
+
+
+def test_the_step_cost_learns_the_machine_line() -> None:
+    cost = StepCost(CPU_STEP_PRIOR)
+    rng = random.Random(3)
+    for _ in range(2000):
+        sequences = rng.randint(1, 8)
+        tokens = sequences + rng.randint(0, 5 * sequences)
+        cost.observe(sequences, tokens, 10 + 1.5 * sequences + 4 * tokens)
+    assert cost.per_token_ms == pytest.approx(4, rel=0.05)
+    assert cost.predict(4, 12) == pytest.approx(10 + 6 + 48, rel=0.05)
