@@ -35,8 +35,17 @@ import httpx
 from bench import report
 from bench.client import Arm, Prompt, Sample, measure, request_body
 from bench.report import ms_cell, num_cell, s_cell
-from bench.run import MODEL_NAME, REPO, load_prompts, machine_info, stop_on_sigterm
-from bench.servers import ServerError, free_port, serve, specgate_spec
+from bench.run import MODEL_DIR, MODEL_NAME, REPO, load_prompts, machine_info, stop_on_sigterm
+from bench.servers import (
+    NGRAM_CONFIG,
+    ServerError,
+    ServerSpec,
+    free_port,
+    serve,
+    specgate_spec,
+    vllm_spec,
+    whole_machine_env,
+)
 
 logger = logging.getLogger("bench.load_phases")
 
@@ -48,18 +57,69 @@ FIXED_ARMS = ("never", "always")
 @dataclass(frozen=True)
 class LoadArm:
     name: str
-    header: str  # X-Speculative
-    server_args: tuple[str, ...] = ()  # extra flags for this arm's specgate server
+    header: str | None  # X-Speculative (None: not sent; vLLM's server ignores it anyway)
+    server_args: tuple[str, ...] = ()  # extra flags for this arm's server
+    # "vllm": vLLM's own OpenAI server on the same model and engine flags.
+    server: str = "specgate"
+    # vLLM's --speculative-config (None: no speculation).
+    speculative_config: dict[str, Any] | None = None
+    # Every core computing, none reserved (VLLM_CPU_OMP_THREADS_BIND), as specgate's one engine.
+    whole_machine: bool = False
 
 
+def _ngram(**more: Any) -> dict[str, Any]:
+    return {**NGRAM_CONFIG, **more}
+
+
+ONE = ("--engine-layout", "one")
 ARM_TABLE: tuple[LoadArm, ...] = (
     LoadArm("never", "off"),
     LoadArm("always", "on"),
     LoadArm("auto", "auto", ("--routing-mid-stream", "off")),
     # Auto routing that may change engine part-way through a response.
     LoadArm("auto-switch", "auto", ("--routing-mid-stream", "on")),
+    # Two engines on split cores, every default (mid-stream moves on).
+    LoadArm("auto-two", "auto", ("--engine-layout", "two")),
+    # One engine on every core; auto: a draft length per request and per step.
+    LoadArm("never-one", "off", ONE),
+    LoadArm("always-one", "on", ONE),
+    LoadArm("auto-one", "auto", ONE),
+    # vLLM's own server: its default binding (one core reserved), then every core computing.
+    LoadArm("vllm-plain", None, server="vllm"),
+    LoadArm("vllm-plain-all", None, server="vllm", whole_machine=True),
+    LoadArm("vllm-k5-all", None, server="vllm", speculative_config=_ngram(), whole_machine=True),
+    LoadArm(
+        "vllm-k2-all",
+        None,
+        server="vllm",
+        speculative_config=_ngram(num_speculative_tokens=2),
+        whole_machine=True,
+    ),
+    # vLLM's speculation by batch size ([[min, max, K], ...], inclusive batch sizes).
+    LoadArm(
+        "vllm-table1-all",
+        None,
+        server="vllm",
+        speculative_config=_ngram(num_speculative_tokens_per_batch_size=[[1, 1, 5], [2, 1024, 0]]),
+        whole_machine=True,
+    ),
+    LoadArm(
+        "vllm-table2-all",
+        None,
+        server="vllm",
+        speculative_config=_ngram(
+            num_speculative_tokens_per_batch_size=[[1, 1, 5], [2, 3, 2], [4, 1024, 0]]
+        ),
+        whole_machine=True,
+    ),
 )
 DEFAULT_ARMS = "never,always,auto,auto-switch"
+# The side-by-side comparison (issue 20): vLLM's arms and specgate never speculating on one
+# engine are the baselines.
+SIDE_BY_SIDE_ARMS = (
+    "vllm-plain,vllm-plain-all,vllm-k5-all,vllm-k2-all,vllm-table1-all,vllm-table2-all,"
+    "never-one,auto-one,auto-two"
+)
 
 
 @dataclass(frozen=True)
@@ -119,6 +179,7 @@ def phase_plan(args: argparse.Namespace) -> list[Phase]:
         Phase("burst", b_n, mean_gap_s=b_gap),
         Phase("quiet2", q2_n, mean_gap_s=q2_gap),
         Phase("steady", steady_n, concurrency=int(steady_c)),
+        Phase("single", args.single, concurrency=1),
     ]
     return [p for p in phases if p.requests > 0]
 
@@ -164,13 +225,19 @@ class ArmRun:
     records: list[Record] = field(default_factory=list)
 
     def body(self, prompt: Prompt) -> dict[str, Any]:
-        return request_body(
+        body = request_body(
             prompt, self.args.model_name, self.args.max_tokens, self.args.request_seed
         )
+        if self.args.ignore_eos:
+            # Every answer exactly max_tokens long: servers and arms whose sampled answers
+            # end at different lengths would otherwise compare unequal work.
+            body["ignore_eos"] = True
+        return body
 
     @property
     def client_arm(self) -> Arm:
-        return Arm(self.arm.name, f"specgate-{self.arm.name}", self.arm.header)
+        label = self.arm.name if self.arm.server == "vllm" else f"specgate-{self.arm.name}"
+        return Arm(self.arm.name, label, self.arm.header)
 
     async def send(self, slot: Slot, level: int) -> None:
         prompt = self.prompts[slot.prompt_id]
@@ -271,10 +338,23 @@ def server_groups(args: argparse.Namespace) -> list[tuple[LoadArm, ...]]:
     """One fresh server per arm, or with --shared-server one per distinct set of server args."""
     if not args.shared_server:
         return [(arm,) for arm in args.arms]
-    groups: dict[tuple[str, ...], list[LoadArm]] = {}
+    groups: dict[Any, list[LoadArm]] = {}
     for arm in args.arms:
-        groups.setdefault(arm.server_args, []).append(arm)
+        server = (arm.server, arm.server_args, repr(arm.speculative_config), arm.whole_machine)
+        groups.setdefault(server, []).append(arm)
     return [tuple(g) for g in groups.values()]
+
+
+def server_spec(arm: LoadArm, args: argparse.Namespace) -> ServerSpec:
+    name = ("" if arm.server == "vllm" else "specgate-") + arm.name
+    env = whole_machine_env() if arm.whole_machine else {}
+    if arm.server == "vllm":
+        speculative = arm.speculative_config or False
+        extra = [*arm.server_args, *shlex.split(args.vllm_args)]
+        return vllm_spec(args.model_dir, args.model_name, speculative, extra, REPO, env, name)
+    extra = ["--routing-exploration", "0", *arm.server_args, *shlex.split(args.specgate_args)]
+    spec = specgate_spec(REPO, extra, name)
+    return replace(spec, env=env)
 
 
 def run_all(
@@ -286,10 +366,11 @@ def run_all(
     records: list[Record] = []
     servers: list[dict[str, Any]] = []
     for group in server_groups(args):
-        extra = ["--routing-exploration", "0", *group[0].server_args]
-        extra += shlex.split(args.specgate_args)
-        name = "specgate-" + "+".join(a.name for a in group)
-        spec = specgate_spec(REPO, extra, name)
+        spec = server_spec(group[0], args)
+        name = (
+            spec.name if len(group) == 1 else spec.name + "+" + "+".join(a.name for a in group[1:])
+        )
+        spec = replace(spec, name=name)
         info: dict[str, Any] = {"name": name, "argv": spec.argv, "arms": [a.name for a in group]}
         servers.append(info)
         info["load_avg_before"] = [round(x, 2) for x in os.getloadavg()]
@@ -385,7 +466,10 @@ def summaries(
 
 
 def ratios(
-    records: Sequence[Record], phases: Sequence[str], auto_arms: Sequence[str]
+    records: Sequence[Record],
+    phases: Sequence[str],
+    auto_arms: Sequence[str],
+    baselines: Sequence[str] = FIXED_ARMS,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """phase -> auto arm -> its mean and p90 e2e over the better fixed arm's (and the oracle's).
 
@@ -397,7 +481,7 @@ def ratios(
     for r in records:
         if r.sample.ok and r.sample.e2e_s is not None:
             ok.setdefault(r.sample.arm, {})[r.slot] = r
-    fixed = [a for a in FIXED_ARMS if a in ok]
+    fixed = [a for a in baselines if a in ok]
     result: dict[str, dict[str, dict[str, Any]]] = {}
     if not fixed:
         return result
@@ -530,8 +614,8 @@ def write_results(
     report_arms = [*arm_names, ORACLE]
     phase_names = [p.name for p in phases]
     table = summaries(records, phase_names, report_arms)
-    auto_arms = [a.name for a in args.arms if a.name not in FIXED_ARMS]
-    ratio_table = ratios(records, phase_names, auto_arms)
+    auto_arms = [a.name for a in args.arms if a.name not in args.baselines]
+    ratio_table = ratios(records, phase_names, auto_arms, args.baselines)
     lag = {
         arm: max(
             (
@@ -656,7 +740,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="closed loop: requests, concurrency",
     )
     parser.add_argument(
+        "--single",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the others, a closed loop of N requests one at a time",
+    )
+    parser.add_argument(
         "--max-tokens", type=int, default=128, metavar="N", help="override every max_tokens"
+    )
+    parser.add_argument(
+        "--ignore-eos",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="every answer exactly --max-tokens long (compare equal work)",
     )
     parser.add_argument(
         "--seed",
@@ -669,7 +766,15 @@ def build_parser() -> argparse.ArgumentParser:
         dest="arm_names",
         metavar="LIST",
         default=DEFAULT_ARMS,
-        help=f"comma-separated, from {', '.join(a.name for a in ARM_TABLE)}",
+        help=f"comma-separated, from {', '.join(a.name for a in ARM_TABLE)}; "
+        f"'side-by-side' for {SIDE_BY_SIDE_ARMS}",
+    )
+    parser.add_argument(
+        "--baselines",
+        metavar="LIST",
+        default=None,
+        help="arms the others are compared with (the best of them per statistic); default "
+        "never,always, or with --arms side-by-side every vLLM arm and never-one",
     )
     parser.add_argument(
         "--warmup", type=int, default=4, help="unrecorded requests per arm before its schedule"
@@ -689,6 +794,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dry-run", action="store_true", help="print the schedule and exit")
     parser.add_argument("--out-dir", type=Path, default=REPO / "bench" / "results" / "load_phases")
     parser.add_argument("--model-name", default=MODEL_NAME, help="served model id")
+    parser.add_argument("--model-dir", type=Path, default=MODEL_DIR, help="for vLLM's server")
+    parser.add_argument("--vllm-args", default="", help="extra flags for vLLM's server")
     parser.add_argument("--port", type=int, default=0, help="server port (0: a free one)")
     parser.add_argument("--startup-timeout", type=float, default=600.0, metavar="SECONDS")
     parser.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS")
@@ -708,11 +815,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.argv = argv
     table = {a.name: a for a in ARM_TABLE}
+    side_by_side = args.arm_names == "side-by-side"
+    if side_by_side:
+        args.arm_names = SIDE_BY_SIDE_ARMS
     names = [n.strip() for n in args.arm_names.split(",") if n.strip()]
     unknown = [n for n in names if n not in table]
     if unknown or not names or len(set(names)) != len(names):
         parser.error(f"--arms: each of {', '.join(table)} at most once, got {args.arm_names!r}")
     args.arms = [table[n] for n in names]
+    if args.baselines is None:
+        baselines = [a for a in names if a.startswith("vllm") or a == "never-one"]
+        args.baselines = baselines if side_by_side else list(FIXED_ARMS)
+    else:
+        args.baselines = [n.strip() for n in args.baselines.split(",") if n.strip()]
     if args.steady[0] and args.steady[1] < 1:
         parser.error("--steady needs a concurrency of 1 or more")
     args.request_seed = None if args.seed < 0 else args.seed

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -42,6 +44,7 @@ class ServerSpec:
     name: str
     argv: list[str]  # without --port, which is chosen at start
     cwd: Path
+    env: dict[str, str] = field(default_factory=dict)  # added to this process's environment
 
 
 @dataclass
@@ -62,9 +65,23 @@ def specgate_spec(repo: Path, extra_args: list[str], name: str = "specgate") -> 
     return ServerSpec(name, [sys.executable, "-m", "app", *extra_args], repo)
 
 
+def whole_machine_env() -> dict[str, str]:
+    """vLLM's CPU binding with every core computing and none reserved (its default reserves
+    one for the scheduler): what specgate's one engine gets."""
+    cores = ",".join(str(core) for core in sorted(os.sched_getaffinity(0)))
+    return {"VLLM_CPU_OMP_THREADS_BIND": cores, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
 def vllm_spec(
-    model_dir: Path, served_name: str, speculative: bool, extra_args: list[str], cwd: Path
+    model_dir: Path,
+    served_name: str,
+    speculative: bool | dict[str, Any],
+    extra_args: list[str],
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    name: str | None = None,
 ) -> ServerSpec:
+    """`speculative`: False, True (ngram K=5), or a whole --speculative-config."""
     # The same engine settings specgate uses on CPUs, so only the gateway differs.
     argv = [
         sys.executable,
@@ -81,8 +98,10 @@ def vllm_spec(
         str(512 * 1024 * 1024),
     ]
     if speculative:
-        argv += ["--speculative-config", json.dumps(NGRAM_CONFIG)]
-    return ServerSpec("vllm-spec" if speculative else "vllm-plain", argv + extra_args, cwd)
+        config = NGRAM_CONFIG if speculative is True else speculative
+        argv += ["--speculative-config", json.dumps(config)]
+    name = name or ("vllm-spec" if speculative else "vllm-plain")
+    return ServerSpec(name, argv + extra_args, cwd, env or {})
 
 
 def free_port() -> int:
@@ -101,7 +120,13 @@ def serve(
     argv = [*spec.argv, "--port", str(port)]
     logger.info("starting %s: %s (log: %s)", spec.name, " ".join(argv), log_path)
     with log_path.open("wb") as log:
-        process = subprocess.Popen(argv, cwd=spec.cwd, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            argv,
+            cwd=spec.cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **spec.env},
+        )
     server = RunningServer(spec, port, process, log_path)
     try:
         server.startup_s = _wait_healthy(server, startup_timeout_s)
