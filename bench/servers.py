@@ -25,6 +25,8 @@ from typing import Any
 import httpx
 import psutil
 
+from app.engine.cpu_cores import NUMBA_DEFAULTS
+
 logger = logging.getLogger("bench.servers")
 
 NGRAM_CONFIG = {
@@ -97,11 +99,15 @@ def vllm_spec(
         "--kv-cache-memory-bytes",
         str(512 * 1024 * 1024),
     ]
+    env = dict(env or {})
     if speculative:
         config = NGRAM_CONFIG if speculative is True else speculative
         argv += ["--speculative-config", json.dumps(config)]
+        # The numba setting specgate gives its engines (app/engine/cpu_cores.py): without it
+        # vLLM's own ngram proposer slows every later step, so the baseline gets it too.
+        env = {**NUMBA_DEFAULTS, **env}
     name = name or ("vllm-spec" if speculative else "vllm-plain")
-    return ServerSpec(name, argv + extra_args, cwd, env or {})
+    return ServerSpec(name, argv + extra_args, cwd, env)
 
 
 def free_port() -> int:

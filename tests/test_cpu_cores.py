@@ -6,7 +6,14 @@ import os
 
 import pytest
 
-from app.engine.cpu_cores import BIND_VARIABLE, bound_to, core_plan, split_cores
+from app.engine.cpu_cores import (
+    BIND_VARIABLE,
+    bound_to,
+    core_plan,
+    keep_numba_off_the_cores,
+    split_cores,
+    whole_machine,
+)
 
 
 def test_two_cores_give_each_engine_one() -> None:
@@ -47,3 +54,21 @@ def test_the_binding_is_set_only_while_an_engine_starts(monkeypatch: pytest.Monk
     assert BIND_VARIABLE not in os.environ
     with bound_to(None):
         assert BIND_VARIABLE not in os.environ
+
+
+def test_engines_get_one_numba_thread_unless_the_operator_chose(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("NUMBA_THREADING_LAYER", raising=False)
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "4")
+    keep_numba_off_the_cores()
+    assert os.environ["NUMBA_THREADING_LAYER"] == "workqueue"
+    assert os.environ["NUMBA_NUM_THREADS"] == "4"
+
+
+def test_a_lone_engine_computes_on_every_allowed_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(BIND_VARIABLE, raising=False)
+    allowed = sorted(os.sched_getaffinity(0))
+    assert whole_machine() == ",".join(map(str, allowed))
+    monkeypatch.setenv(BIND_VARIABLE, "0")
+    assert whole_machine() is None

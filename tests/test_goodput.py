@@ -20,16 +20,18 @@ from app.routing.goodput import (
 )
 
 
-def goodput(
+def waiting(
     candidates: list[Candidate],
     lengths: tuple[int, ...] | list[int],
     sequences: int,
     cost: StepCost,
 ) -> float:
-    produced = sequences + sum(
-        expected_tokens(c.acceptance, k) - 1 for c, k in zip(candidates, lengths, strict=True)
+    """What the rule minimises: each sequence's time per token, summed."""
+    step = cost.predict(sequences, sequences + sum(lengths), any(lengths))
+    waits = sum(
+        1 / expected_tokens(c.acceptance, k) for c, k in zip(candidates, lengths, strict=True)
     )
-    return produced / cost.predict(sequences, sequences + sum(lengths))
+    return step * (waits + sequences - len(candidates))
 
 
 def test_expected_tokens_is_the_geometric_sum() -> None:
@@ -74,19 +76,19 @@ def test_a_cheap_verification_drafts_everything_on_offer() -> None:
 
 
 def test_an_expensive_verification_drafts_nothing_for_fresh_text() -> None:
-    cost = StepCost(StepCostPrior(base_ms=20, per_sequence_ms=3, per_token_ms=10))
+    cost = StepCost(StepCostPrior(20, 3, 10, 0.0))
     assert choose_lengths([Candidate(5, 0.1)], sequences=1, cost=cost) == [0]
 
 
 def test_a_fixed_length_is_kept_whatever_it_costs() -> None:
-    cost = StepCost(StepCostPrior(base_ms=20, per_sequence_ms=3, per_token_ms=10))
+    cost = StepCost(StepCostPrior(20, 3, 10, 0.0))
     candidates = [Candidate(4, 0.0, adaptive=False), Candidate(5, 0.1)]
     assert choose_lengths(candidates, sequences=2, cost=cost) == [4, 0]
 
 
 def test_the_same_request_drafts_less_as_the_batch_grows() -> None:
     # A compute-bound device: each token computed costs far more than each sequence.
-    cost = StepCost(StepCostPrior(base_ms=20, per_sequence_ms=0.5, per_token_ms=4))
+    cost = StepCost(StepCostPrior(20, 0.5, 4, 0.0))
     lengths = [
         choose_lengths([Candidate(5, 0.6)], sequences=n, cost=cost)[0] for n in (1, 2, 4, 8, 32)
     ]
@@ -102,9 +104,14 @@ def test_likelier_drafts_get_at_least_as_many_tokens() -> None:
     assert lengths[-1] > lengths[0]
 
 
-def test_the_lengths_maximise_the_batch_goodput() -> None:
+def test_the_lengths_minimise_what_the_batch_waits_per_token() -> None:
     rng = random.Random(7)
-    priors = [CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior(10, 1, 4)]
+    priors = [
+        CPU_STEP_PRIOR,
+        GPU_STEP_PRIOR,
+        StepCostPrior(10, 1, 4, 0.0),
+        StepCostPrior(20, 1, 3, 2),
+    ]
     for _ in range(200):
         cost = StepCost(rng.choice(priors))
         candidates = [
@@ -114,13 +121,13 @@ def test_the_lengths_maximise_the_batch_goodput() -> None:
         sequences = len(candidates) + rng.randint(0, 6)
         chosen = choose_lengths(candidates, sequences, cost)
         options = [range(c.available + 1) if c.adaptive else (c.available,) for c in candidates]
-        best = max(goodput(candidates, ks, sequences, cost) for ks in itertools.product(*options))
-        assert goodput(candidates, chosen, sequences, cost) == pytest.approx(best, rel=1e-9)
+        best = min(waiting(candidates, ks, sequences, cost) for ks in itertools.product(*options))
+        assert waiting(candidates, chosen, sequences, cost) == pytest.approx(best, rel=1e-9)
 
 
 def test_a_request_stops_and_restarts_drafting_as_its_evidence_changes() -> None:
     """Mid-stream: the length follows the request's own acceptance, step by step."""
-    cost = StepCost(StepCostPrior(base_ms=20, per_sequence_ms=3, per_token_ms=4))
+    cost = StepCost(StepCostPrior(20, 3, 4, 0.0))
     estimate = AcceptanceEstimate(prior=0.7)
     history = []
     for step in range(40):
@@ -134,12 +141,26 @@ def test_a_request_stops_and_restarts_drafting_as_its_evidence_changes() -> None
     assert history[-1] > 0
 
 
+def test_a_step_drafts_only_if_its_gains_pay_for_the_speculative_path() -> None:
+    # Every sequence costs 3 ms more in a step where anything drafts: one good request
+    # among 16 does not pay for it, the same request alone does.
+    cost = StepCost(StepCostPrior(20, 1, 2, 3))
+    alone = choose_lengths([Candidate(5, 0.7)], sequences=1, cost=cost)
+    crowded = choose_lengths([Candidate(5, 0.7)], sequences=16, cost=cost)
+    assert alone[0] > 0 and crowded == [0]
+    many = choose_lengths([Candidate(5, 0.9)] * 16, sequences=16, cost=cost)
+    assert all(k > 0 for k in many)
+
+
 def test_the_step_cost_learns_the_machine_line() -> None:
     cost = StepCost(CPU_STEP_PRIOR)
     rng = random.Random(3)
     for _ in range(2000):
         sequences = rng.randint(1, 8)
         tokens = sequences + rng.randint(0, 5 * sequences)
-        cost.observe(sequences, tokens, 10 + 1.5 * sequences + 4 * tokens)
+        drafting = tokens > sequences
+        ms = 10 + 1.5 * sequences + 4 * tokens + (2 * sequences if drafting else 0)
+        cost.observe(sequences, tokens, drafting, ms)
     assert cost.per_token_ms == pytest.approx(4, rel=0.05)
-    assert cost.predict(4, 12) == pytest.approx(10 + 6 + 48, rel=0.05)
+    assert cost.drafting_ms(8) == pytest.approx(16, rel=0.05)
+    assert cost.predict(4, 12, True) == pytest.approx(10 + 6 + 48 + 8, rel=0.05)

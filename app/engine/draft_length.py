@@ -19,7 +19,9 @@ check, in whichever process imports it (the gateway's, where requests are checke
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from typing import Any
 
@@ -51,6 +53,8 @@ SCHEDULER_QUALNAME = "app.engine.draft_length.DraftLengthScheduler"
 FIXED_LENGTH_PRIOR = 0.5
 # How often the engine core logs its learned step-cost line (steps).
 STEP_COST_LOG_EVERY = 500
+# A file to append every step's shape and time to, as JSON lines (for profiling).
+STEP_TRACE = os.environ.get("SPECGATE_STEP_TRACE")
 
 
 def draft_limit(extra_args: dict[str, Any] | None, k: int) -> int:
@@ -81,22 +85,41 @@ class DraftLengthScheduler(Scheduler):
         self._acceptance: dict[str, AcceptanceEstimate] = {}
         # Per request, every token proposed for the coming step, verified or held back.
         self._proposed: dict[str, list[int]] = {}
-        self._step_started: tuple[float, int, int] | None = None
+        self._step_started: tuple[float, int, int, bool] | None = None
+        self._trace: dict[str, int] = {}
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         output = super().schedule(*args, **kwargs)
         if output.total_num_scheduled_tokens:
             sequences = len(output.num_scheduled_tokens)
-            self._step_started = (time.perf_counter(), sequences, output.total_num_scheduled_tokens)
+            drafting = bool(output.scheduled_spec_decode_tokens)
+            self._step_started = (
+                time.perf_counter(),
+                sequences,
+                output.total_num_scheduled_tokens,
+                drafting,
+            )
+            if STEP_TRACE:
+                self._trace = {
+                    "sequences": sequences,
+                    "tokens": output.total_num_scheduled_tokens,
+                    "drafting": len(output.scheduled_spec_decode_tokens),
+                    "draft_tokens": sum(map(len, output.scheduled_spec_decode_tokens.values())),
+                    "new": len(output.scheduled_new_reqs),
+                }
         return output
 
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
     ) -> Any:
         if self._step_started is not None:
-            started, sequences, tokens = self._step_started
+            started, sequences, tokens, drafting = self._step_started
             self._step_started = None
-            self.step_cost.observe(sequences, tokens, (time.perf_counter() - started) * 1000)
+            ms = (time.perf_counter() - started) * 1000
+            self.step_cost.observe(sequences, tokens, drafting, ms)
+            if STEP_TRACE:
+                with open(STEP_TRACE, "a") as trace:
+                    trace.write(json.dumps({**self._trace, "ms": round(ms, 3)}) + "\n")
             if self.step_cost.samples % STEP_COST_LOG_EVERY == 0:
                 logger.info("step cost line: %s", self.step_cost.snapshot())
         self._learn_acceptance(scheduler_output, model_runner_output)

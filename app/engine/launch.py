@@ -16,7 +16,7 @@ import psutil
 
 from app.embedded_model import prepare_embedded_model
 from app.engine.base import Engine
-from app.engine.cpu_cores import bound_to, core_plan, whole_machine
+from app.engine.cpu_cores import bound_to, core_plan, keep_numba_off_the_cores, whole_machine
 from app.engine.remote import RemoteEngine
 from app.engine.route_view import route_views
 from app.engine.types import ROUTES, Route
@@ -55,6 +55,8 @@ async def start_vllm_engines(
     from app.engine.vllm_engine import VllmEngine, on_cpu
 
     model_path = await resolve_model_path(settings)
+    if on_cpu():
+        keep_numba_off_the_cores()
     if settings.engine_layout == "one" and len(routes) == len(ROUTES):
         return await _start_shared_engine(settings, stack, model_path)
     engines: dict[Route, Engine] = {}

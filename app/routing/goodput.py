@@ -1,4 +1,5 @@
-"""Each step's draft length for every request in one speculative engine, chosen by goodput.
+"""Each step's draft length for every request in one speculative engine, chosen by what it
+saves the batch's requests in time per token.
 
 With one engine serving every request, speculation is not on or off but a length k in
 0..cap per request, and it can change at every step at no cost (no re-prefill, no move).
@@ -7,13 +8,18 @@ and before the step is scheduled; the same rule runs unchanged in the tests and 
 GPU-scale simulator, so this module imports nothing from vLLM and reads no clock.
 
 The rule. A request whose drafts are accepted with probability a per position, verifying k
-of them, yields (1 - a^(k+1)) / (1 - a) tokens in the step: the k+1-th draft adds a^(k+1).
-The step costs T(sequences, tokens verified), a line learned from the engine's own step
-times. The batch's goodput is its expected tokens N over T. One more draft token adds g to
-N and the line's per-token slope c to T, so it raises N/T exactly when g / c > N / T. Since a
-request's gains fall with k, adding the best remaining draft token while that holds reaches
-the batch's best lengths. Every request's tokens weigh the same, so the rule also minimises
-the summed time per token of the requests in the batch.
+of them, yields E(k) = (1 - a^(k+1)) / (1 - a) tokens in the step: the k+1-th draft adds
+a^(k+1). The step costs T, a line learned from the engine's own step times in the sequences,
+the tokens verified, and the sequences again when anything drafts (the speculative path
+costs every sequence in such a step, drafting or not). Each request's time per token is
+T / E_i, and the rule minimises their sum, T * sum(1 / E_i): what every request in the batch
+waits per token, the measure that mean latency follows. (Maximising the batch's tokens per
+second instead, sum(E_i) / T, lets a few requests that draft well slow every other request
+in a crowded step; on the 2-core CPU that doubled the mean latency of a burst.) One more
+draft token for request i costs every request the line's per-token slope c and shrinks
+1 / E_i by d_i. A request's d_i falls with k, so for each number of draft tokens in the step
+the best choice is the largest d_i's, and the rule takes the number whose product is least,
+drafting nothing included (a step without drafts skips the speculative path's price).
 
 The acceptance a of each request is its own so far (recent steps weigh most), started from a
 prior the gateway hands over at submission (its class's history). Drafts the rule leaves
@@ -85,30 +91,45 @@ def expected_tokens(acceptance: float, k: int) -> float:
 
 @dataclass(frozen=True)
 class StepCostPrior:
-    """Milliseconds per engine step: base, plus per sequence, plus per token computed."""
+    """Milliseconds per engine step: base, per sequence, per token computed, and per
+    sequence again in a step where any request drafts (the speculative path: every
+    sequence's logits go through the rejection sampler, not only the drafting ones')."""
 
     base_ms: float
     per_sequence_ms: float
     per_token_ms: float
+    per_sequence_drafting_ms: float
 
 
-# Fitted from the step times of the embedded default (SmolLM2-135M, float32, eager, ngram
-# K=5) in one engine on both cores of the 2-core CPU specgate is developed on (README,
-# "One engine"); traffic replaces them within a few hundred steps.
-CPU_STEP_PRIOR = StepCostPrior(base_ms=22.0, per_sequence_ms=3.0, per_token_ms=2.5)
+# Fitted to the step times of the embedded default (SmolLM2-135M, float32, eager, ngram K=5)
+# in one engine on both cores of the 2-core CPU specgate is developed on, on the tune split's
+# changing-load replay (README, "One engine"): a draft token costs about as much as a prompt
+# token, and a step in which anything drafts costs every sequence about 3 ms more. Traffic
+# replaces them within a few hundred steps.
+CPU_STEP_PRIOR = StepCostPrior(
+    base_ms=40.0, per_sequence_ms=0.0, per_token_ms=2.4, per_sequence_drafting_ms=2.9
+)
 # Llama-3.1-8B on one H200, from aiconfigurator's figures for vLLM (not measured here):
 # a decode step costs 4.86 ms at batch 1 and 7.57 at batch 64; non-attention work priced
 # per token verified puts a draft token near 0.012 ms.
-GPU_STEP_PRIOR = StepCostPrior(base_ms=4.8, per_sequence_ms=0.03, per_token_ms=0.012)
+GPU_STEP_PRIOR = StepCostPrior(
+    base_ms=4.8, per_sequence_ms=0.03, per_token_ms=0.012, per_sequence_drafting_ms=0.005
+)
 
 
 class StepCost:
-    """The engine's time per step as a line in (sequences, tokens), learned from its steps."""
+    """The engine's time per step as a line in (sequences, tokens, sequences if drafting),
+    learned from its own steps."""
 
     def __init__(self, prior: StepCostPrior) -> None:
         self.prior = prior
         self._fit = RecursiveLeastSquares(
-            (prior.base_ms, prior.per_sequence_ms, prior.per_token_ms),
+            (
+                prior.base_ms,
+                prior.per_sequence_ms,
+                prior.per_token_ms,
+                prior.per_sequence_drafting_ms,
+            ),
             STEP_PRIOR_WEIGHT,
             STEP_FORGETTING,
         )
@@ -121,21 +142,31 @@ class StepCost:
     def per_token_ms(self) -> float:
         return max(self._fit.theta[2], MIN_TOKEN_COST_SHARE * self.prior.per_token_ms)
 
-    def predict(self, sequences: int, tokens: int) -> float:
-        floor = MIN_TOKEN_COST_SHARE * self.prior.base_ms
-        return max(floor, self._fit.predict((1.0, float(sequences), float(tokens))))
+    def drafting_ms(self, sequences: int) -> float:
+        """What a step of `sequences` costs more when any of them drafts, tokens aside."""
+        return max(0.0, self._fit.theta[3]) * sequences
 
-    def observe(self, sequences: int, tokens: int, ms: float) -> None:
-        self._fit.observe((1.0, float(sequences), float(tokens)), ms)
+    def predict(self, sequences: int, tokens: int, drafting: bool = False) -> float:
+        floor = MIN_TOKEN_COST_SHARE * self.prior.base_ms
+        base = self._fit.predict(_features(sequences, tokens, False))
+        return max(floor, base) + (self.drafting_ms(sequences) if drafting else 0.0)
+
+    def observe(self, sequences: int, tokens: int, drafting: bool, ms: float) -> None:
+        self._fit.observe(_features(sequences, tokens, drafting), ms)
 
     def snapshot(self) -> dict[str, float | int]:
-        base, per_sequence, per_token = self._fit.theta
+        base, per_sequence, per_token, per_sequence_drafting = self._fit.theta
         return {
             "base_ms": round(base, 3),
             "per_sequence_ms": round(per_sequence, 3),
             "per_token_ms": round(per_token, 4),
+            "per_sequence_drafting_ms": round(per_sequence_drafting, 4),
             "samples": self.samples,
         }
+
+
+def _features(sequences: int, tokens: int, drafting: bool) -> tuple[float, ...]:
+    return (1.0, float(sequences), float(tokens), float(sequences) if drafting else 0.0)
 
 
 @dataclass(frozen=True)
@@ -153,27 +184,41 @@ def choose_lengths(candidates: Sequence[Candidate], sequences: int, cost: StepCo
     """Each candidate's draft length for the step that decodes `sequences` sequences.
 
     `sequences` counts every sequence in the step, candidates or not; each yields at least
-    one token and adds one token to the step.
+    one token and adds one token to the step. Exact for the rule's measure: for any number
+    D of draft tokens, taking the D largest savings gives the smallest sum(1 / E) (each
+    request's savings fall with k), and T depends on D alone, so the best D is found by
+    walking that order once. A step that drafts nothing skips the speculative path's price.
     """
     lengths = [0 if c.adaptive else c.available for c in candidates]
     tokens = sequences + sum(lengths)
-    produced = float(sequences) + sum(
-        expected_tokens(c.acceptance, k) - 1.0 for c, k in zip(candidates, lengths, strict=True)
+    waits = (
+        sequences
+        - len(candidates)
+        + sum(
+            1.0 / expected_tokens(c.acceptance, k) for c, k in zip(candidates, lengths, strict=True)
+        )
     )
-    per_token = cost.per_token_ms
-    step_ms = cost.predict(sequences, tokens)
-    # Max-heap of each adaptive request's next draft token's gain, a^(k+1).
-    gains = [(-c.acceptance, i) for i, c in enumerate(candidates) if c.adaptive and c.available]
-    heapq.heapify(gains)
-    while gains:
-        negative_gain, i = gains[0]
-        gain = -negative_gain
-        if gain * step_ms <= per_token * produced:
-            break  # the best remaining draft token would lower the batch's tokens per ms
-        heapq.heappop(gains)
+    best = cost.predict(sequences, tokens, any(lengths)) * waits
+    best_count = 0
+    order: list[int] = []  # the adaptive requests in the order their draft tokens are added
+
+    def saving(i: int, k: int) -> float:
+        a = candidates[i].acceptance
+        return 1.0 / expected_tokens(a, k) - 1.0 / expected_tokens(a, k + 1)
+
+    added = [0] * len(candidates)
+    heap = [(-saving(i, 0), i) for i, c in enumerate(candidates) if c.adaptive and c.available]
+    heapq.heapify(heap)
+    while heap:
+        negative, i = heapq.heappop(heap)
+        waits += negative
+        added[i] += 1
+        order.append(i)
+        step = cost.predict(sequences, tokens + len(order), True) * waits
+        if step < best:
+            best, best_count = step, len(order)
+        if added[i] < candidates[i].available:
+            heapq.heappush(heap, (-saving(i, added[i]), i))
+    for i in order[:best_count]:
         lengths[i] += 1
-        produced += gain
-        step_ms += per_token
-        if lengths[i] < candidates[i].available:
-            heapq.heappush(gains, (-(candidates[i].acceptance ** (lengths[i] + 1)), i))
     return lengths
