@@ -117,3 +117,25 @@ async def test_n_choices_stream_each_index(client: httpx.AsyncClient) -> None:
                 choice["delta"].get("content") or ""
             )
     assert by_index == {0: " alpha beta", 1: " beta gamma"}
+
+
+async def test_tokens_whose_text_is_held_back_still_stream_their_logprobs(
+    client: httpx.AsyncClient,
+) -> None:
+    # " y x" may start the stop string, so those tokens' text waits for " z" to rule it out;
+    # their logprobs still go out, one per token the usage counts.
+    body = {
+        "model": MODEL,
+        "prompt": "x y z",
+        "max_tokens": 6,
+        "stream": True,
+        "logprobs": 0,
+        "stop": [" y x q"],
+        "stream_options": {"include_usage": True},
+    }
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        payloads = await sse_payloads(response)
+    chunks = [json.loads(p) for p in payloads[:-1]]
+    tokens = [t for c in chunks for choice in c["choices"] for t in choice["logprobs"]["tokens"]]
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == " x y z x y z"
+    assert len(tokens) == chunks[-1]["usage"]["completion_tokens"] == 6

@@ -41,7 +41,11 @@ async def sse_events(run: Run, shape: ChunkShape, include_usage: bool) -> AsyncI
         async for step in run.steps():
             chunks: list[Any] = []
             for delta in step.choices:
-                if not delta.text and delta.finish_reason is None and delta.index in started:
+                # A step whose tokens' text is held back (part of a UTF-8 character, or of a
+                # possible stop string) still sends their logprobs: every token counted in the
+                # usage is listed.
+                empty = not delta.text and not delta.logprobs and delta.finish_reason is None
+                if empty and delta.index in started:
                     continue
                 chunk = shape.chunk(delta, delta.index not in started, run)
                 started.add(delta.index)
