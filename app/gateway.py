@@ -246,6 +246,8 @@ class Gateway:
         """A mover for a request that may change engines mid-stream, or None."""
         if not self.mid_stream or self.shadow is None or len(requests) != 1:
             return None
+        if self.policy.adaptive and move_after is None:
+            return None  # one engine re-chooses the length every step: nothing to move for
         request = requests[0]
         other = self.engines.get(other_route(decision.route))
         if (

@@ -52,7 +52,7 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         metrics.watch_queue(route, admission.queued)
         admissions[route] = admission
     # One engine for both routes chooses every request's draft length at every step: no
-    # route to price per request, and nothing to move between.
+    # route to price per request, and nothing to move between (but a client's forced move).
     adaptive = shared_engine(engines) is not None
     policy = build_route_policy(settings, adaptive)
     metrics.watch_learner(policy.learner)
@@ -65,7 +65,7 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         shutdown_grace_seconds=settings.shutdown_grace_seconds,
         log_requests=settings.log_requests,
         shadow=shadow_config(settings, engines),
-        mid_stream=settings.routing_mid_stream == "on" and not adaptive,
+        mid_stream=settings.routing_mid_stream == "on",
         max_draft_length=max_draft_length(settings),
         call_parsers=call_parsers(settings, engines),
         max_tokens_default=settings.max_tokens_default,

@@ -38,7 +38,8 @@ MAX_MOVES = 2
 # The request's own drafting yield is judged over its last this-many replayed steps.
 RECENT_STEPS = 16
 
-BASES_THAT_MAY_MOVE = frozenset({"learned", "explore", "load", "acceptance"})
+# "adaptive": only when the client forces it (the gateway proposes no moves in one engine).
+BASES_THAT_MAY_MOVE = frozenset({"learned", "adaptive", "explore", "load", "acceptance"})
 
 
 @dataclass
@@ -194,6 +195,7 @@ class Mover:
                 [*prompt_ids, *output],
                 replace(options, max_tokens=left),
                 self.request.draft_length,
+                self.request.acceptance_prior,
             )
 
     def _ask(self, route: Route, prompt_tokens: int, output: list[int]) -> MoveProposal | None:

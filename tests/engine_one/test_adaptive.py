@@ -106,5 +106,6 @@ async def test_copying_drafts_long_and_fresh_text_drafts_little(
         assert replayed > 0, info
         shares.append(drafted / replayed)
     copy_share, poem_share = shares
-    assert copy_share >= 0.8, shares
-    assert poem_share <= 0.6, shares
+    # Side by side, the copy verifies most of what its drafter proposes, the poem little.
+    assert copy_share >= 0.4, shares
+    assert poem_share <= copy_share / 2, shares
