@@ -35,17 +35,19 @@ CPU_SPECULATIVE_FACTORS: dict[WorkloadClass, float] = {
     WorkloadClass.CODE: 0.93,
     WorkloadClass.OPEN_ENDED: 1.22,
 }
-# Each class's per-position draft acceptance before it has been seen (ngram K=5): solved from
-# the acceptance rates of bench/results/summary.md at concurrency 1 (code 0.47, structured
-# 0.37, edit 0.33, open-ended 0.02 of draft tokens) for a geometric acceptance. Traffic
-# replaces them (the shadow drafter's replay of every output counts).
+# Each class's per-position draft acceptance before it has been seen (ngram K=5, a step that
+# has a proposal): accepted / (accepted + drafts) of the shadow drafter's replays of the
+# tune split's answers in the changing-load replay (bench.load_phases --split tune, 152
+# answers, 2026-12-05). Prompts of the report split were not used. Traffic replaces them.
 PRIOR_POSITION_ACCEPTANCE: dict[WorkloadClass, float] = {
     WorkloadClass.STRUCTURED: 0.68,
-    WorkloadClass.CODE_EDIT: 0.65,
-    WorkloadClass.REWRITE: 0.65,
-    WorkloadClass.CODE: 0.6,
-    WorkloadClass.FRESH_JSON: 0.3,
-    WorkloadClass.OPEN_ENDED: 0.1,
+    WorkloadClass.CODE_EDIT: 0.7,
+    WorkloadClass.REWRITE: 0.67,
+    WorkloadClass.CODE: 0.5,
+    # Not in that replay: a guess, between fresh code and prose.
+    WorkloadClass.FRESH_JSON: 0.4,
+    # Poems rarely get a proposal at all; when they do it is a repeat that often lands.
+    WorkloadClass.OPEN_ENDED: 0.6,
 }
 # What an absent max_tokens is expected to produce, before any request of the class finished.
 PRIOR_OUTPUT_TOKENS = 128.0
