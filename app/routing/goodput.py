@@ -111,7 +111,8 @@ CPU_STEP_PRIOR = StepCostPrior(
 )
 # Llama-3.1-8B on one H200, from aiconfigurator's figures for vLLM (not measured here):
 # a decode step costs 4.86 ms at batch 1 and 7.57 at batch 64; non-attention work priced
-# per token verified puts a draft token near 0.012 ms.
+# per token verified puts a draft token near 0.012 ms. The speculative path's price per
+# sequence is a guess (the rejection sampler's work per row), not a measurement.
 GPU_STEP_PRIOR = StepCostPrior(
     base_ms=4.8, per_sequence_ms=0.03, per_token_ms=0.012, per_sequence_drafting_ms=0.005
 )

@@ -13,7 +13,8 @@ plain engine served, from the shadow drafter) are kept beside it, to say how muc
 work a running request has left.
 
 Estimates start from priors measured on a CPU like the ones specgate is developed on
-(bench/results at concurrency 1) and move toward what this server observes. They live in
+(the routing benchmark of 2026-12-02 at concurrency 1, since retired: README, "Routing
+benchmark") and move toward what this server observes. They live in
 memory only: a restart goes back to the priors (see README, "Routing").
 """
 
@@ -27,7 +28,8 @@ from app.routing.classify import WorkloadClass
 from app.routing.load_model import Load, LoadModel
 
 # Each class's speculative ITL at concurrency 1 over the speculative line's (27 ms), from
-# bench/results; the plain route's classes all ran at the line's 30 ms there.
+# the routing benchmark of 2026-12-02 (since retired); the plain route's classes all ran at
+# the line's 30 ms there.
 CPU_SPECULATIVE_FACTORS: dict[WorkloadClass, float] = {
     WorkloadClass.STRUCTURED: 0.85,
     WorkloadClass.CODE_EDIT: 0.93,
@@ -51,7 +53,8 @@ PRIOR_POSITION_ACCEPTANCE: dict[WorkloadClass, float] = {
 }
 # What an absent max_tokens is expected to produce, before any request of the class finished.
 PRIOR_OUTPUT_TOKENS = 128.0
-# Time to first token per prompt token (bench/results: about 100 ms for 100-200 tokens).
+# Time to first token per prompt token (the routing benchmark of 2026-12-02: about 100 ms
+# for 100-200 tokens).
 PRIOR_PREFILL_MS_PER_TOKEN = 0.8
 
 

@@ -7,11 +7,12 @@ route's time per token is modelled as linear in the sequences in flight on each 
 
 where `in_flight` counts the other sequences the request shares the device with. A
 speculative step verifies up to K+1 tokens per sequence, so a speculative sequence can weigh
-more than a plain one, and drafts land less often in a crowded batch (bench/results: ngram
-acceptance 0.36 alone, 0.05 at concurrency 8); the model learns the slopes rather than
-assume them. The coefficients are fitted
-online by recursive least squares with forgetting, started from priors that act as a few
-pseudo-observations, so the crossover where drafting stops paying is learned from traffic,
+more than a plain one, and drafts land less often in a crowded batch (the routing benchmark
+of 2026-12-02, since retired, before the CPU sampler fix: ngram acceptance 0.36 alone, 0.05
+at concurrency 8); the model learns the slopes rather than assume them. The coefficients are
+fitted online by recursive least squares with forgetting, started from priors that act as a
+few pseudo-observations, so the crossover where drafting stops paying is learned from
+traffic,
 not fixed: a GPU's lies at a far larger batch than a CPU's.
 """
 
@@ -53,12 +54,13 @@ class LinePrior:
     per_speculative_ms: float
 
 
-# Measured on the 2-core CPU specgate is developed on (bench/results, fp32, eager, ngram
-# K=5; mean ITL over all classes): alone, 30 ms per token plain and 27 speculative; at 8 in
-# flight on the same engine, 61 and 81. With the engines on cores of their own (the default
-# on CPUs, app/engine/cpu_cores.py), a sequence on one engine barely slows the other: only
-# their schedulers and the gateway share cores. Traffic replaces these within tens of
-# requests (the prior weighs as PRIOR_WEIGHT observations).
+# Measured on the 2-core CPU specgate is developed on (the routing benchmark of
+# 2026-12-02, fp32, eager, ngram K=5; mean ITL over all classes): alone, 30 ms per token
+# plain and 27 speculative; at 8 in flight on the same engine, 61 and 81. With the engines
+# on cores of their own (the default on CPUs, app/engine/cpu_cores.py), a sequence on one
+# engine barely slows the other: only their schedulers and the gateway share cores.
+# Traffic replaces these within tens of requests (the prior weighs as PRIOR_WEIGHT
+# observations).
 CPU_PRIORS: dict[Route, LinePrior] = {
     "plain": LinePrior(30.0, 4.4, 1.0),
     "speculative": LinePrior(27.0, 1.0, 7.7),
