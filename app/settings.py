@@ -172,10 +172,12 @@ class Settings(BaseSettings):
             "engines", "BYTES", unset="512 MiB on CPUs, by memory fraction on GPUs"
         ),
     )
-    # 'one' gives each request on the shared engine its own draft length (0 on the plain route).
-    # Remote pools keep both routes either way.
+    # 'one' (the default) gives each request on the shared engine its own draft length, chosen
+    # at every step for auto (0 on the plain route). On the 2-core CPU it served the same
+    # traffic faster than two engines on split cores (README, "One engine or two"), and on a
+    # GPU it holds the weights once. Remote pools keep both routes either way.
     engine_layout: Literal["two", "one"] = Field(
-        "two",
+        "one",
         description="two: a speculative and a plain engine; one: one engine for both routes",
         json_schema_extra=_cli("engines"),
     )

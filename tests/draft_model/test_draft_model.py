@@ -35,6 +35,7 @@ def draft_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
             "--kv-cache-memory-bytes", str(256 * 1024 * 1024),
             "--max-model-len", "2048",
             "--routing-exploration", "0",
+            "--engine-layout", "two",
         ],
         tmp_path_factory.mktemp("draft-server") / "specgate.log",
     )  # fmt: skip

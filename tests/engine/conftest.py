@@ -34,7 +34,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("server") / "specgate.log"
     # No exploration: auto routing must be reproducible here. Small admission limits, so
     # that test_load.py can push far past them.
-    with package_server(["--routing-exploration", "0", *ADMISSION_ARGS], log) as process:
+    with package_server(
+        ["--engine-layout", "two", "--routing-exploration", "0", *ADMISSION_ARGS], log
+    ) as process:
         yield process
 
 

@@ -20,7 +20,7 @@ __all__ = ["tokenizer"]
 def two_engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
     """A default (--engine-layout two) server beside the package's one-engine server."""
     log = tmp_path_factory.mktemp("server_two") / "specgate.log"
-    process = ServerProcess(["--routing-exploration", "0"], log)
+    process = ServerProcess(["--engine-layout", "two", "--routing-exploration", "0"], log)
     try:
         process.wait_ready()
         yield OpenAI(base_url=f"{process.base_url}/v1", api_key="-", max_retries=0, timeout=300)

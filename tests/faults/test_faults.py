@@ -31,7 +31,11 @@ CHAT = "/v1/chat/completions"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("faults") / "specgate.log"
-    args = ["--routing-exploration", "0", "--shutdown-grace-seconds", str(GRACE_SECONDS)]
+    args = [
+        "--engine-layout", "two",
+        "--routing-exploration", "0",
+        "--shutdown-grace-seconds", str(GRACE_SECONDS),
+    ]  # fmt: skip
     process = ServerProcess(args, log)
     process.wait_ready()
     yield process
