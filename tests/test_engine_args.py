@@ -56,6 +56,12 @@ def test_speculative_engines_take_a_draft_length_per_request() -> None:
     assert plain.scheduler_cls != speculative.scheduler_cls
 
 
+def test_engines_that_take_draft_lengths_schedule_synchronously() -> None:
+    # Async scheduling never hands the scheduler the step's proposals, so lengths would be lost.
+    assert engine_args(Settings(), "/models/small", "speculative").async_scheduling is False
+    assert engine_args(Settings(), "/models/small", "plain").async_scheduling is None
+
+
 def test_a_shared_engine_gets_both_routes_memory() -> None:
     settings = Settings(kv_cache_memory_bytes=2**28, gpu_memory_utilization=0.9)
     own = engine_args(settings, "/models/small", "speculative")

@@ -85,6 +85,13 @@ def engine_args(
         extra["per_request_spec_decode_metrics"] = "detailed"
         # Each request's own draft length (GenerationRequest.draft_length), 0..K.
         extra["scheduler_cls"] = SCHEDULER_QUALNAME
+        # The per-step lengths are set where the engine core hands the scheduler each step's
+        # proposals (update_draft_token_ids), which only synchronous scheduling calls. vLLM
+        # turns async scheduling on by default on a single GPU for draft-model and EAGLE
+        # speculation, and there every request would silently draft K; so it is off, at the
+        # price of not overlapping the scheduler's CPU work with the GPU's step (CPUs never
+        # have it).
+        extra["async_scheduling"] = False
         extra["worker_extension_cls"] = WORKER_EXTENSION_QUALNAME
     return AsyncEngineArgs(
         model=model_path,
