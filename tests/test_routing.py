@@ -177,6 +177,19 @@ def test_low_acceptance_stops_speculation() -> None:
     assert learner.acceptance(WorkloadClass.CODE).samples == 0
 
 
+def test_in_one_engine_low_acceptance_is_left_to_the_engine() -> None:
+    learner = Learner()
+    rules = RoutingRules(min_acceptance=0.2)
+    adaptive = RoutePolicy(rules, learner, random.Random(0), adaptive=True)
+    rejected = SpecDecodeStats(drafts=10, draft_tokens=50, accepted_tokens=2)
+    for _ in range(3):
+        learner.observe_acceptance(WorkloadClass.STRUCTURED, rejected)
+    decision = adaptive.decide("auto", JSON_TASK)
+    assert (decision.route, decision.basis) == ("speculative", "adaptive")
+    assert decision.acceptance_prior == learner.acceptance_prior(WorkloadClass.STRUCTURED)
+    assert decision.acceptance_prior is not None and decision.acceptance_prior < 0.68
+
+
 def test_load_on_the_speculative_engine_sends_work_to_plain() -> None:
     routed = router(max_speculative_load=4)
     assert routed.decide("auto", JSON_TASK, load=Load(plain=1)).basis != "load"

@@ -221,8 +221,11 @@ class RoutePolicy:
                 f"load: {load.total:g} requests in flight",
             )
         acceptance = self.learner.acceptance(workload)
+        # In one engine a class's low acceptance is priced by the engine's rule, request by
+        # request and step by step; a veto would only stop its requests from showing otherwise.
         if (
-            acceptance.value is not None
+            not self.adaptive
+            and acceptance.value is not None
             and acceptance.samples >= MIN_ACCEPTANCE_SAMPLES
             and acceptance.value < rules.min_acceptance
         ):
