@@ -93,7 +93,7 @@ def step(made: DraftLengthScheduler, produced: dict[str, list[int]]) -> None:
         sampled_token_ids=[produced[i] for i in ids],
         req_id_to_index={request_id: i for i, request_id in enumerate(ids)},
     )
-    made._learn_acceptance(SimpleNamespace(), output)  # type: ignore[arg-type]
+    made._learn_acceptance(output)  # type: ignore[arg-type]
 
 
 def test_a_request_that_stopped_drafting_starts_again_when_held_drafts_land() -> None:

@@ -122,12 +122,10 @@ class DraftLengthScheduler(Scheduler):
                     trace.write(json.dumps({**self._trace, "ms": round(ms, 3)}) + "\n")
             if self.step_cost.samples % STEP_COST_LOG_EVERY == 0:
                 logger.info("step cost line: %s", self.step_cost.snapshot())
-        self._learn_acceptance(scheduler_output, model_runner_output)
+        self._learn_acceptance(model_runner_output)
         return super().update_from_output(scheduler_output, model_runner_output)
 
-    def _learn_acceptance(
-        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
-    ) -> None:
+    def _learn_acceptance(self, model_runner_output: ModelRunnerOutput) -> None:
         sampled = model_runner_output.sampled_token_ids
         index = model_runner_output.req_id_to_index
         for request_id, proposed in self._proposed.items():

@@ -385,7 +385,7 @@ def draft_args(request: GenerationRequest) -> dict[str, Any] | None:
     args: dict[str, Any] = {}
     if request.draft_length is not None:
         args[DRAFT_LENGTH_KEY] = request.draft_length
-    if request.acceptance_prior is not None and request.draft_length != 0:
+    if request.acceptance_prior is not None:
         args[ACCEPTANCE_PRIOR_KEY] = request.acceptance_prior
     return args or None
 

@@ -192,7 +192,7 @@ class RoutePolicy:
             return RouteDecision(pinned, workload, "pinned", f"pinned: {workload} -> {pinned}")
         decision = replace(self._measured(workload, features, load, running), load=load)
         # The adaptive engine explores by itself: drafts it leaves out are still checked.
-        explore = self.rules.exploration and decision.basis == "learned"
+        explore = self.rules.exploration and decision.basis != "adaptive"
         if explore and self._rng.random() < self.rules.exploration:
             other = other_route(decision.route)
             return RouteDecision(
