@@ -16,7 +16,8 @@ from app.engine.draft_length import (
     DRAFT_LENGTH_KEY,
     DraftLengthScheduler,
 )
-from app.routing.goodput import StepCost, StepCostPrior
+from app.routing.draft_plan import DraftPlanner
+from app.routing.goodput import StepCostPrior
 
 K = 5
 PROPOSAL = [11, 12, 13, 14, 15]
@@ -45,8 +46,7 @@ def scheduler(requests: list[SimpleNamespace], cost: StepCostPrior) -> DraftLeng
     made.requests = {r.request_id: r for r in requests}
     made.running = list(requests)
     made.structured_output_manager = Unconstrained()
-    made.step_cost = StepCost(cost)
-    made._acceptance = {}
+    made.planner = DraftPlanner(cost)
     made._proposed = {}
     made._step_started = None
     return made

@@ -32,15 +32,8 @@ from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 
-from app.routing.goodput import (
-    CPU_STEP_PRIOR,
-    GPU_STEP_PRIOR,
-    AcceptanceEstimate,
-    Candidate,
-    StepCost,
-    choose_lengths,
-    evidence,
-)
+from app.routing.draft_plan import DraftPlanner, Offer
+from app.routing.goodput import CPU_STEP_PRIOR, GPU_STEP_PRIOR
 
 # Under "vllm", whose handlers the engine core process configures (it runs there).
 logger = logging.getLogger("vllm.specgate.scheduler")
@@ -48,9 +41,6 @@ logger = logging.getLogger("vllm.specgate.scheduler")
 DRAFT_LENGTH_KEY = "specgate_draft_length"
 ACCEPTANCE_PRIOR_KEY = "specgate_acceptance_prior"
 SCHEDULER_QUALNAME = "app.engine.draft_length.DraftLengthScheduler"
-# A request that asked for a fixed length is assumed to accept this share per position
-# until its own drafts say otherwise (it only weighs in the batch's expected tokens).
-FIXED_LENGTH_PRIOR = 0.5
 # How often the engine core logs its learned step-cost line (steps).
 STEP_COST_LOG_EVERY = 500
 # A file to append every step's shape and time to, as JSON lines (for profiling).
@@ -81,8 +71,7 @@ class DraftLengthScheduler(Scheduler):
 
     def __init__(self, vllm_config: VllmConfig, *args: Any, **kwargs: Any) -> None:
         super().__init__(vllm_config, *args, **kwargs)
-        self.step_cost = StepCost(CPU_STEP_PRIOR if current_platform.is_cpu() else GPU_STEP_PRIOR)
-        self._acceptance: dict[str, AcceptanceEstimate] = {}
+        self.planner = DraftPlanner(CPU_STEP_PRIOR if current_platform.is_cpu() else GPU_STEP_PRIOR)
         # Per request, every token proposed for the coming step, verified or held back.
         self._proposed: dict[str, list[int]] = {}
         self._step_started: tuple[float, int, int, bool] | None = None
@@ -116,12 +105,13 @@ class DraftLengthScheduler(Scheduler):
             started, sequences, tokens, drafting = self._step_started
             self._step_started = None
             ms = (time.perf_counter() - started) * 1000
-            self.step_cost.observe(sequences, tokens, drafting, ms)
+            self.planner.observe_step(sequences, tokens, drafting, ms)
             if STEP_TRACE:
                 with open(STEP_TRACE, "a") as trace:
                     trace.write(json.dumps({**self._trace, "ms": round(ms, 3)}) + "\n")
-            if self.step_cost.samples % STEP_COST_LOG_EVERY == 0:
-                logger.info("step cost line: %s", self.step_cost.snapshot())
+            step_cost = self.planner.step_cost
+            if step_cost.samples % STEP_COST_LOG_EVERY == 0:
+                logger.info("step cost line: %s", step_cost.snapshot())
         self._learn_acceptance(model_runner_output)
         return super().update_from_output(scheduler_output, model_runner_output)
 
@@ -129,44 +119,31 @@ class DraftLengthScheduler(Scheduler):
         sampled = model_runner_output.sampled_token_ids
         index = model_runner_output.req_id_to_index
         for request_id, proposed in self._proposed.items():
-            estimate = self._acceptance.get(request_id)
             position = index.get(request_id)
-            if estimate is None or position is None or not sampled or position >= len(sampled):
-                continue
-            found = evidence(proposed, list(sampled[position]))
-            if found is not None:
-                estimate.observe(*found)
+            if position is not None and position < len(sampled):
+                self.planner.observe_drafts(request_id, proposed, list(sampled[position]))
         self._proposed = {}
 
     def update_draft_token_ids(self, draft_token_ids: DraftTokenIds) -> None:
         k = self.num_spec_tokens
         proposals = draft_token_ids.draft_token_ids
-        chosen: list[tuple[int, list[int], Candidate]] = []
+        chosen: list[tuple[int, list[int]]] = []
+        offers: list[Offer] = []
         for i, request_id in enumerate(draft_token_ids.req_ids):
             request = self.requests.get(request_id)
             if request is None or request.sampling_params is None:
                 continue
             extra_args = request.sampling_params.extra_args
             offered = proposals[i][: draft_limit(extra_args, k)]
-            prior = acceptance_prior(extra_args)
-            estimate = self._acceptance.get(request_id)
-            if estimate is None:
-                estimate = AcceptanceEstimate(FIXED_LENGTH_PRIOR if prior is None else prior)
-                self._acceptance[request_id] = estimate
             if proposals[i] and not request.is_prefill_chunk:
                 self._proposed[request_id] = list(proposals[i])
-            candidate = Candidate(len(offered), estimate.value, adaptive=prior is not None)
-            chosen.append((i, offered, candidate))
-        lengths = choose_lengths([c for _, _, c in chosen], len(self.running), self.step_cost)
-        for (i, offered, _), length in zip(chosen, lengths, strict=True):
+            chosen.append((i, offered))
+            offers.append(Offer(request_id, len(offered), acceptance_prior(extra_args)))
+        lengths = self.planner.lengths(offers, len(self.running))
+        for (i, offered), length in zip(chosen, lengths, strict=True):
             proposals[i] = offered[:length]
         super().update_draft_token_ids(draft_token_ids)
-        self._forget_finished()
-
-    def _forget_finished(self) -> None:
-        if len(self._acceptance) > len(self.requests):
-            for request_id in [r for r in self._acceptance if r not in self.requests]:
-                del self._acceptance[request_id]
+        self.planner.forget_all_but(self.requests)
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
         # vLLM pads a request that enters with a single token left to compute (a one-token

@@ -33,6 +33,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from app.routing.least_squares import RecursiveLeastSquares
 
@@ -119,6 +120,13 @@ GPU_STEP_PRIOR = StepCostPrior(
 )
 
 
+class StepTime(Protocol):
+    """What a step of this shape costs, in ms: a learned line (StepCost), or in the GPU
+    simulator's oracle the simulated engine's own price."""
+
+    def predict(self, sequences: int, tokens: int, drafting: bool = False) -> float: ...
+
+
 class StepCost:
     """The engine's time per step as a line in (sequences, tokens, sequences if drafting),
     learned from its own steps."""
@@ -183,7 +191,7 @@ class Candidate:
     adaptive: bool = True
 
 
-def choose_lengths(candidates: Sequence[Candidate], sequences: int, cost: StepCost) -> list[int]:
+def choose_lengths(candidates: Sequence[Candidate], sequences: int, cost: StepTime) -> list[int]:
     """Each candidate's draft length for the step that decodes `sequences` sequences.
 
     `sequences` counts every sequence in the step, candidates or not; each yields at least

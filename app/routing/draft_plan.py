@@ -1,0 +1,79 @@
+"""One engine's draft-length planning state: each request's acceptance so far and the
+engine's step-cost line, applied through the rule in app/routing/goodput.py.
+
+The engine's scheduler (app/engine/draft_length.py) and the GPU-scale simulator
+(bench/gpu_sim) both drive this class, so what the simulator runs is what the engine runs:
+offers in, lengths out, then each step's time and each request's evidence back in. Nothing
+here reads a clock or imports vLLM; the caller measures (or simulates) the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from app.routing.goodput import (
+    AcceptanceEstimate,
+    Candidate,
+    StepCost,
+    StepCostPrior,
+    choose_lengths,
+    evidence,
+)
+
+# A request that asked for a fixed length is assumed to accept this share per position
+# until its own drafts say otherwise (it only weighs in the batch's expected tokens).
+FIXED_LENGTH_PRIOR = 0.5
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One request's drafts on offer for the coming step."""
+
+    request_id: str
+    # Draft tokens proposed, already cut to the request's cap.
+    available: int
+    # Its class's acceptance prior: the rule picks 0..available. None: the client fixed the
+    # length, and every available draft is verified.
+    prior: float | None
+
+
+class DraftPlanner:
+    def __init__(self, step_prior: StepCostPrior) -> None:
+        self.step_cost = StepCost(step_prior)
+        self._acceptance: dict[str, AcceptanceEstimate] = {}
+
+    def acceptance(self, request_id: str) -> float | None:
+        estimate = self._acceptance.get(request_id)
+        return None if estimate is None else estimate.value
+
+    def lengths(self, offers: Sequence[Offer], sequences: int) -> list[int]:
+        """Each offer's draft length for a step of `sequences` sequences (offers or not)."""
+        candidates = []
+        for offer in offers:
+            estimate = self._acceptance.get(offer.request_id)
+            if estimate is None:
+                prior = FIXED_LENGTH_PRIOR if offer.prior is None else offer.prior
+                estimate = self._acceptance[offer.request_id] = AcceptanceEstimate(prior)
+            candidates.append(
+                Candidate(offer.available, estimate.value, adaptive=offer.prior is not None)
+            )
+        return choose_lengths(candidates, sequences, self.step_cost)
+
+    def observe_step(self, sequences: int, tokens: int, drafting: bool, ms: float) -> None:
+        self.step_cost.observe(sequences, tokens, drafting, ms)
+
+    def observe_drafts(
+        self, request_id: str, drafts: Sequence[int], produced: Sequence[int]
+    ) -> None:
+        """A step's outcome for one request: every draft proposed for it (verified or held
+        back) against the tokens the step produced."""
+        estimate = self._acceptance.get(request_id)
+        found = evidence(drafts, produced) if estimate is not None else None
+        if estimate is not None and found is not None:
+            estimate.observe(*found)
+
+    def forget_all_but(self, live: Collection[str]) -> None:
+        if len(self._acceptance) > len(live):
+            for request_id in [r for r in self._acceptance if r not in live]:
+                del self._acceptance[request_id]
