@@ -128,12 +128,15 @@ CPU_STEP_PRIOR = StepCostPrior(
     base_ms=40.0, per_sequence_ms=0.0, per_token_ms=2.4, per_sequence_drafting_ms=2.9
 )
 # Llama-3.1-8B on one H200, from aiconfigurator's figures for vLLM (not measured here):
-# a decode step costs 4.86 ms at batch 1 and 7.57 at batch 64; non-attention work priced
-# per token verified puts a draft token near 0.012 ms. The speculative path's price per
-# sequence is a guess (the rejection sampler's work per row), not a measurement. A prompt
-# token: 43 ms for 2,048 of them, 199 ms for 8,192.
+# a decode step's kernels cost 4.86 ms at batch 1 and 7.57 at batch 64, and vLLM's host
+# work adds about 1.2 ms a step when scheduling is synchronous (as per-request lengths need;
+# SpecDecode-Bench's fit to vLLM 0.10.1 on an H100); non-attention work priced per token
+# verified puts a draft token near 0.012 ms (0.004 below about 128 tokens a step, 0.02
+# above: the GPU simulation's learned lines, bench/results/gpu_sim). The speculative
+# path's price per sequence is a guess (the rejection sampler's work per row), not a
+# measurement. A prompt token: 43 ms for 2,048 of them, 199 ms for 8,192.
 GPU_STEP_PRIOR = StepCostPrior(
-    base_ms=4.8,
+    base_ms=6.0,
     per_sequence_ms=0.03,
     per_token_ms=0.012,
     per_sequence_drafting_ms=0.005,
