@@ -115,16 +115,3 @@ def test_the_same_request_drafts_less_in_a_crowded_step() -> None:
     alone = scheduler([request("r", **prior)], CPU_LIKE)
     crowd = scheduler([request(f"r{i}", **prior) for i in range(16)], CPU_LIKE)
     assert len(propose(alone)["r"]) > len(propose(crowd)["r0"])
-
-
-def test_a_steps_prompt_tokens_are_told_from_its_decoded_and_verified_tokens() -> None:
-    made = scheduler([], CPU_LIKE)
-    # Counts as schedule() leaves them: already advanced by the step's tokens.
-    made.requests = {
-        "chunk": SimpleNamespace(num_computed_tokens=512, num_prompt_tokens=2000),
-        "last-chunk": SimpleNamespace(num_computed_tokens=2001, num_prompt_tokens=2000),
-        "decoding": SimpleNamespace(num_computed_tokens=2106, num_prompt_tokens=2000),
-    }
-    output = SimpleNamespace(num_scheduled_tokens={"chunk": 512, "last-chunk": 489, "decoding": 6})
-    # 512, then 488 prompt tokens and the first output position; the decode verifies 6.
-    assert made._prompt_tokens(output) == 512 + 488  # type: ignore[arg-type]

@@ -166,21 +166,6 @@ def test_the_step_cost_learns_the_machine_line() -> None:
     assert cost.predict(4, 12, True) == pytest.approx(10 + 6 + 48 + 8, rel=0.05)
 
 
-def test_prompt_tokens_are_priced_apart_from_verified_tokens() -> None:
-    # A GPU-like machine: a verified token costs 0.004 ms, a prompt token 0.022 ms. With one
-    # price for both, the prompt chunks would set what a draft token costs.
-    cost = StepCost(GPU_STEP_PRIOR)
-    rng = random.Random(5)
-    for _ in range(2000):
-        sequences = rng.randint(1, 64)
-        tokens = sequences + rng.randint(0, 5 * sequences)
-        prompt = rng.choice((0, 0, 0, rng.randint(100, 8192)))
-        ms = 6 + 0.05 * sequences + 0.004 * tokens + 0.022 * prompt
-        cost.observe(sequences, tokens, tokens > sequences, ms, prompt)
-    assert cost.per_token_ms == pytest.approx(0.004, rel=0.1)
-    assert cost.snapshot()["per_prefill_token_ms"] == pytest.approx(0.022, rel=0.05)
-
-
 def test_a_fresh_lines_per_token_prices_hold_through_prefill_heavy_first_steps() -> None:
     # A fresh engine's first steps are mostly prompt chunks, with little to tell the terms
     # apart; its prior's slopes must not swing on them (before each term's prior was scaled
@@ -188,10 +173,11 @@ def test_a_fresh_lines_per_token_prices_hold_through_prefill_heavy_first_steps()
     cost = StepCost(GPU_STEP_PRIOR)
     for sequences, prompt in [(32, 8192), (32, 8192), (32, 8192), (32, 3000), (32, 0), (32, 0)]:
         ms = 6 + 0.05 * sequences + 0.004 * sequences + 0.022 * prompt + 0.5
-        cost.observe(sequences, sequences, False, ms, prompt)
+        cost.observe(sequences, sequences + prompt, False, ms)
     drafting_price = cost.predict(32, 32 + 64, True) - cost.predict(32, 32, False)
     assert 0 < drafting_price < 3.0  # 64 draft tokens and the speculative path, in ms
-    assert cost.per_token_ms == pytest.approx(GPU_STEP_PRIOR.per_token_ms, abs=0.01)
+    # A token moves toward the prompt chunks' price, and no further.
+    assert GPU_STEP_PRIOR.per_token_ms <= cost.per_token_ms <= 0.03
 
 
 def test_at_least_one_draft_when_asked_even_where_the_rule_would_draft_none() -> None:

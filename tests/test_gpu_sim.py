@@ -17,8 +17,10 @@ from bench.gpu_sim import __main__ as runner
 from bench.gpu_sim.acceptance import Acceptance, DraftPattern, draw_pattern
 from bench.gpu_sim.arms import FixedK, NoSpeculation, Oracle, Specgate
 from bench.gpu_sim.costs import ModelShape, StepPricer, bundled_config
-from bench.gpu_sim.engine import EngineSetup, NgramDrafter, Simulation
-from bench.gpu_sim.workload import SimRequest
+from bench.gpu_sim.engine import EngineSetup, NgramDrafter, Simulation, phase_traffic
+from bench.gpu_sim.measures import by_phase
+from bench.gpu_sim.scenarios import MACHINES, arms, setup, steady
+from bench.gpu_sim.workload import RequestMaker, SimRequest
 
 HOST_MS = 1.0
 
@@ -196,3 +198,19 @@ def test_one_command_writes_labelled_results(tmp_path: Path) -> None:
     summary = (tmp_path / "summary.md").read_text()
     assert summary.startswith("# SIMULATED")
     assert (tmp_path / "latency.png").stat().st_size > 10_000
+
+
+def test_specgate_keeps_drafting_where_drafts_pay_at_32_in_flight() -> None:
+    # Seed 1's steady load of 32 (the simulation's tune traffic): before a run of steps
+    # without drafts forced a measuring step, the learned line priced drafting out for good
+    # here and specgate took 1.57x the oracle's latency.
+    machine = MACHINES[0]
+    engine_setup = setup(machine)
+    made = arms(engine_setup)
+    latency = {}
+    for name in ("oracle", "specgate"):
+        arrivals, follow, phase_of = phase_traffic(steady(32), RequestMaker(machine.method, 1))
+        simulation = Simulation(engine_setup, made[name]())
+        simulation.run(arrivals, follow)
+        latency[name] = by_phase(simulation.finished, phase_of)["c32"]["e2e_mean_s"]
+    assert latency["specgate"] < 1.15 * latency["oracle"], latency

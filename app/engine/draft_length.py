@@ -74,7 +74,7 @@ class DraftLengthScheduler(Scheduler):
         self.planner = DraftPlanner(CPU_STEP_PRIOR if current_platform.is_cpu() else GPU_STEP_PRIOR)
         # Per request, every token proposed for the coming step, verified or held back.
         self._proposed: dict[str, list[int]] = {}
-        self._step_started: tuple[float, int, int, bool, int] | None = None
+        self._step_started: tuple[float, int, int, bool] | None = None
         self._trace: dict[str, int] = {}
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
@@ -82,44 +82,30 @@ class DraftLengthScheduler(Scheduler):
         if output.total_num_scheduled_tokens:
             sequences = len(output.num_scheduled_tokens)
             drafting = bool(output.scheduled_spec_decode_tokens)
-            prompt = self._prompt_tokens(output)
             self._step_started = (
                 time.perf_counter(),
                 sequences,
-                output.total_num_scheduled_tokens - prompt,
+                output.total_num_scheduled_tokens,
                 drafting,
-                prompt,
             )
             if STEP_TRACE:
                 self._trace = {
                     "sequences": sequences,
                     "tokens": output.total_num_scheduled_tokens,
-                    "prompt_tokens": prompt,
                     "drafting": len(output.scheduled_spec_decode_tokens),
                     "draft_tokens": sum(map(len, output.scheduled_spec_decode_tokens.values())),
                     "new": len(output.scheduled_new_reqs),
                 }
         return output
 
-    def _prompt_tokens(self, output: SchedulerOutput) -> int:
-        """The step's prompt tokens (schedule() has already advanced each request's count)."""
-        prompt = 0
-        for request_id, scheduled in output.num_scheduled_tokens.items():
-            request = self.requests.get(request_id)
-            if request is not None:
-                before = request.num_computed_tokens - scheduled
-                computed = min(request.num_computed_tokens, request.num_prompt_tokens)
-                prompt += max(0, computed - before)
-        return prompt
-
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
     ) -> Any:
         if self._step_started is not None:
-            started, sequences, tokens, drafting, prompt = self._step_started
+            started, sequences, tokens, drafting = self._step_started
             self._step_started = None
             ms = (time.perf_counter() - started) * 1000
-            self.planner.observe_step(sequences, tokens, drafting, ms, prompt)
+            self.planner.observe_step(sequences, tokens, drafting, ms)
             if STEP_TRACE:
                 with open(STEP_TRACE, "a") as trace:
                     trace.write(json.dumps({**self._trace, "ms": round(ms, 3)}) + "\n")

@@ -73,11 +73,9 @@ class DraftPlanner:
             self._steps_without_drafts += 1
         return lengths
 
-    def observe_step(
-        self, sequences: int, tokens: int, drafting: bool, ms: float, prefill_tokens: int = 0
-    ) -> None:
-        """A step's time: `tokens` decoded or verified, `prefill_tokens` prompt tokens."""
-        self.step_cost.observe(sequences, tokens, drafting, ms, prefill_tokens)
+    def observe_step(self, sequences: int, tokens: int, drafting: bool, ms: float) -> None:
+        """A step's time: `tokens` computed in all (prompt chunks included)."""
+        self.step_cost.observe(sequences, tokens, drafting, ms)
 
     def observe_drafts(
         self, request_id: str, drafts: Sequence[int], produced: Sequence[int]

@@ -46,12 +46,12 @@ EVIDENCE_DECAY = 0.95
 # Step times fade too, about 500 steps remembered, so the line follows the machine.
 STEP_FORGETTING = 0.998
 STEP_PRIOR_WEIGHT = 20.0
-# The priors count as STEP_PRIOR_WEIGHT steps of this shape (sequences, tokens decoded or
-# verified, sequences drafting, prompt tokens), so each term holds as firmly as the others
-# whatever its units. (A weight per coefficient in raw units let the per-token terms swing
-# on a fresh engine's first, prefill-heavy steps: in the GPU simulation the line priced
-# drafting out of the first few hundred steps at 32 in flight.)
-TYPICAL_STEP = (4.0, 16.0, 4.0, 256.0)
+# The priors count as STEP_PRIOR_WEIGHT steps of this shape (sequences, tokens, sequences
+# drafting), so each term holds as firmly as the others whatever its units. (One weight for
+# every coefficient in raw units let the per-token terms swing on a fresh engine's first,
+# prefill-heavy steps: in the GPU simulation the line priced drafting out of the first few
+# hundred steps at 32 in flight.)
+TYPICAL_STEP = (4.0, 16.0, 4.0)
 # A draft token never costs less than this share of its prior price, however the fit drifts:
 # a free token would make every proposal look worth verifying.
 MIN_TOKEN_COST_SHARE = 0.1
@@ -100,23 +100,23 @@ def expected_tokens(acceptance: float, k: int) -> float:
 
 @dataclass(frozen=True)
 class StepCostPrior:
-    """Milliseconds per engine step: base, per sequence, per token decoded or verified, per
-    sequence again in a step where any request drafts (the speculative path: every
-    sequence's logits go through the rejection sampler, not only the drafting ones'), and
-    per prompt token prefilled in the step.
+    """Milliseconds per engine step: base, per sequence, per token computed (prompt, decoded
+    or verified), and per sequence again in a step where any request drafts (the speculative
+    path: every sequence's logits go through the rejection sampler, not only the drafting
+    ones').
 
-    Prompt tokens get their own term because a chunk holds thousands of them at a price
-    of their own: fitted into one per-token term with verified tokens, they set the price
-    of a draft token (in the GPU simulation at 32 in flight, 0.022 ms a token where a
-    verified token cost 0.004).
+    Prompt tokens share the per-token term, though on a GPU they cost more than a verified
+    token below about 128 tokens a step (the GPU simulation: 0.022 ms against 0.004 at 32
+    in flight, which left drafts there 6 % short of the oracle's latency). A term of their
+    own closed that gap in the simulation, but on the CPU's real step traces it left the
+    verified-token price without an anchor: in a burst, decoded tokens follow the sequences
+    so closely that the fit put -0.65 ms on each, and the engine drafted for a poem.
     """
 
     base_ms: float
     per_sequence_ms: float
     per_token_ms: float
     per_sequence_drafting_ms: float
-    # None: a prompt token costs what a verified token costs.
-    per_prefill_token_ms: float | None = None
 
 
 # Fitted to the step times of the embedded default (SmolLM2-135M, float32, eager, ngram K=5)
@@ -134,13 +134,12 @@ CPU_STEP_PRIOR = StepCostPrior(
 # verified puts a draft token near 0.012 ms (0.004 below about 128 tokens a step, 0.02
 # above: the GPU simulation's learned lines, bench/results/gpu_sim). The speculative
 # path's price per sequence is a guess (the rejection sampler's work per row), not a
-# measurement. A prompt token: 43 ms for 2,048 of them, 199 ms for 8,192.
+# measurement.
 GPU_STEP_PRIOR = StepCostPrior(
     base_ms=6.0,
     per_sequence_ms=0.03,
     per_token_ms=0.012,
     per_sequence_drafting_ms=0.005,
-    per_prefill_token_ms=0.022,
 )
 
 
@@ -152,8 +151,8 @@ class StepTime(Protocol):
 
 
 class StepCost:
-    """The engine's time per step as a line in (sequences, tokens decoded or verified,
-    sequences if drafting, prompt tokens), learned from its own steps."""
+    """The engine's time per step as a line in (sequences, tokens, sequences if drafting),
+    learned from its own steps."""
 
     def __init__(self, prior: StepCostPrior) -> None:
         self.prior = prior
@@ -163,9 +162,6 @@ class StepCost:
                 prior.per_sequence_ms,
                 prior.per_token_ms,
                 prior.per_sequence_drafting_ms,
-                prior.per_token_ms
-                if prior.per_prefill_token_ms is None
-                else prior.per_prefill_token_ms,
             ),
             [STEP_PRIOR_WEIGHT * scale**2 for scale in (1.0, *TYPICAL_STEP)],
             STEP_FORGETTING,
@@ -189,34 +185,22 @@ class StepCost:
         floor = MIN_TOKEN_COST_SHARE * self.prior.base_ms
         return max(floor, step) + (self.drafting_ms(sequences) if drafting else 0.0)
 
-    def observe(
-        self, sequences: int, tokens: int, drafting: bool, ms: float, prefill_tokens: int = 0
-    ) -> None:
-        """A step's time: `tokens` decoded or verified, `prefill_tokens` prompt tokens."""
-        self._fit.observe(_features(sequences, tokens, drafting, prefill_tokens), ms)
+    def observe(self, sequences: int, tokens: int, drafting: bool, ms: float) -> None:
+        self._fit.observe(_features(sequences, tokens, drafting), ms)
 
     def snapshot(self) -> dict[str, float | int]:
-        base, per_sequence, per_token, per_sequence_drafting, per_prefill = self._fit.theta
+        base, per_sequence, per_token, per_sequence_drafting = self._fit.theta
         return {
             "base_ms": round(base, 3),
             "per_sequence_ms": round(per_sequence, 3),
             "per_token_ms": round(per_token, 4),
             "per_sequence_drafting_ms": round(per_sequence_drafting, 4),
-            "per_prefill_token_ms": round(per_prefill, 4),
             "samples": self.samples,
         }
 
 
-def _features(
-    sequences: int, tokens: int, drafting: bool, prefill_tokens: int
-) -> tuple[float, ...]:
-    return (
-        1.0,
-        float(sequences),
-        float(tokens),
-        float(sequences) if drafting else 0.0,
-        float(prefill_tokens),
-    )
+def _features(sequences: int, tokens: int, drafting: bool) -> tuple[float, ...]:
+    return (1.0, float(sequences), float(tokens), float(sequences) if drafting else 0.0)
 
 
 @dataclass(frozen=True)

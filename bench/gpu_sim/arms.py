@@ -47,9 +47,7 @@ class _Lengths:
     def draft_steps(self, decoding: Sequence[SimRequest], lengths: Sequence[int]) -> list[int]:
         return [self.setup.k] * len(decoding)
 
-    def observe_step(
-        self, sequences: int, tokens: int, drafting: bool, ms: float, prefill_tokens: int
-    ) -> None:
+    def observe_step(self, sequences: int, tokens: int, drafting: bool, ms: float) -> None:
         pass
 
     def observe(
@@ -137,10 +135,8 @@ class Specgate(_Lengths):
             return _sized(lengths)
         return [self.setup.k] * len(decoding)
 
-    def observe_step(
-        self, sequences: int, tokens: int, drafting: bool, ms: float, prefill_tokens: int
-    ) -> None:
-        self.planner.observe_step(sequences, tokens, drafting, ms, prefill_tokens)
+    def observe_step(self, sequences: int, tokens: int, drafting: bool, ms: float) -> None:
+        self.planner.observe_step(sequences, tokens, drafting, ms)
 
     def observe(
         self, request: SimRequest, offered: int, verified: int, lands: int, produced: int

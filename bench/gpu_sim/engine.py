@@ -113,11 +113,9 @@ class Arm(Protocol):
         """Tokens the drafter drafts per request this step."""
         ...
 
-    def observe_step(
-        self, sequences: int, tokens: int, drafting: bool, ms: float, prefill_tokens: int
-    ) -> None:
-        """A step's time, as the engine's scheduler sees it: every scheduled sequence, the
-        tokens decoded or verified, and the prompt tokens."""
+    def observe_step(self, sequences: int, tokens: int, drafting: bool, ms: float) -> None:
+        """A step's time, as the engine's scheduler sees it: every scheduled sequence and
+        every token computed (prompt chunks included)."""
         ...
 
     def observe(
@@ -201,7 +199,7 @@ class Simulation:
             self.log.steps += 1
             self.log.busy_ms += ms
             sequences = len(decoding) + len(chunks)
-            arm.observe_step(sequences, tokens, any(lengths), ms, prefill_tokens)
+            arm.observe_step(sequences, tokens + prefill_tokens, any(lengths), ms)
             done: list[SimRequest] = []
             for request, offered, verified in zip(decoding, offers, lengths, strict=True):
                 lands = request.pattern.run_length(request.generated, offered)
