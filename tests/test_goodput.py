@@ -185,3 +185,13 @@ def test_at_least_one_draft_when_asked_even_where_the_rule_would_draft_none() ->
     candidates = [Candidate(5, 0.3), Candidate(5, 0.6), Candidate(0, 0.9)]
     assert choose_lengths(candidates, sequences=16, cost=cost) == [0, 0, 0]
     assert choose_lengths(candidates, sequences=16, cost=cost, at_least=1) == [0, 1, 0]
+
+
+def test_a_negative_price_per_sequence_moves_to_the_drafting_term() -> None:
+    # Where nearly every step drafts, the fit cannot tell the two terms apart and may trade
+    # them: the drafting step keeps its fitted price, the other is not made cheaper.
+    cost = StepCost(StepCostPrior(10, 0.5, 0.1, 0.5))
+    cost._fit.theta = [10.0, -2.0, 0.1, 2.5]
+    assert cost.predict(8, 16, True) == pytest.approx(10 - 16 + 1.6 + 20)
+    assert cost.predict(8, 16, False) == pytest.approx(10 + 1.6)
+    assert cost.drafting_ms(8) == pytest.approx(4.0)

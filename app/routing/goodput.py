@@ -175,12 +175,26 @@ class StepCost:
     def per_token_ms(self) -> float:
         return max(self._fit.theta[2], MIN_TOKEN_COST_SHARE * self.prior.per_token_ms)
 
+    def _per_sequence(self) -> tuple[float, float]:
+        """(per sequence, per sequence again if drafting), neither below zero.
+
+        Where nearly every step drafts, the two terms are one to the fit, and it may trade
+        them against each other (in the GPU simulation: -5.8 and +5.8 ms). A negative price
+        per sequence moves to the drafting term, so a step that drafts keeps its fitted
+        price and one that does not is never made cheaper by its sequences; a negative
+        drafting term counts as none.
+        """
+        per_sequence, drafting = self._fit.theta[1], self._fit.theta[3]
+        if per_sequence < 0:
+            per_sequence, drafting = 0.0, drafting + per_sequence
+        return per_sequence, max(0.0, drafting)
+
     def drafting_ms(self, sequences: int) -> float:
         """What a step of `sequences` costs more when any of them drafts, tokens aside."""
-        return max(0.0, self._fit.theta[3]) * sequences
+        return self._per_sequence()[1] * sequences
 
     def predict(self, sequences: int, tokens: int, drafting: bool = False) -> float:
-        base, per_sequence = self._fit.theta[0], self._fit.theta[1]
+        base, per_sequence = self._fit.theta[0], self._per_sequence()[0]
         step = base + per_sequence * sequences + self.per_token_ms * tokens
         floor = MIN_TOKEN_COST_SHARE * self.prior.base_ms
         return max(floor, step) + (self.drafting_ms(sequences) if drafting else 0.0)
