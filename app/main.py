@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -25,6 +26,8 @@ from app.routing.policy import RoutePolicy, RoutingRules
 from app.routing.shadow_drafter import NgramConfig
 from app.settings import Settings
 from app.tool_calls import CallParsers
+
+logger = logging.getLogger("specgate")
 
 
 def build_route_policy(settings: Settings, adaptive: bool = False) -> RoutePolicy:
@@ -101,6 +104,14 @@ def shadow_config(settings: Settings, engines: Mapping[Route, Engine]) -> NgramC
         (getattr(engine, "max_model_len", None) or 0 for engine in engines.values()), default=0
     )
     if config.get("method") != "ngram" or max_model_len <= 0:
+        return None
+    runners = [getattr(engine, "runner", None) for engine in engines.values()]
+    if any(runner is not None and not runner.shadow_drafter_matches for runner in runners):
+        logger.warning(
+            "shadow drafting is off: it replays the V1 model runner's n-gram proposer, and "
+            "the speculative engine runs Model Runner V2, whose n-gram speculator differs "
+            "(unset VLLM_USE_V2_MODEL_RUNNER to pin V1)"
+        )
         return None
     return NgramConfig(
         k=int(config["num_speculative_tokens"]),

@@ -96,6 +96,13 @@ class Settings(BaseSettings):
         description="Context length in tokens",
         json_schema_extra=_cli("model", "TOKENS", unset="the model's own"),
     )
+    # vLLM's --load-format. "dummy" gives random weights in the model's shape, so a folder
+    # holding only config.json and a tokenizer serves real step costs (make gpu-check).
+    load_format: str = Field(
+        "auto",
+        description="vLLM's --load-format; dummy: random weights in the model's shape",
+        json_schema_extra=_cli("model", "FORMAT"),
+    )
 
     # -- speculation (the seed's flags, plus vLLM's newer JSON form) -----------------------------
     speculative_model: str | None = Field(
@@ -172,14 +179,28 @@ class Settings(BaseSettings):
             "engines", "BYTES", unset="512 MiB on CPUs, by memory fraction on GPUs"
         ),
     )
-    # 'one' (the default) gives each request on the shared engine its own draft length, chosen
-    # at every step for auto (0 on the plain route). On the 2-core CPU it served the same
-    # traffic faster than two engines on split cores (README, "One engine or two"), and on a
-    # GPU it holds the weights once. Remote pools keep both routes either way.
-    engine_layout: Literal["two", "one"] = Field(
-        "one",
-        description="two: a speculative and a plain engine; one: one engine for both routes",
+    # 'one' gives each request on the shared engine its own draft length, chosen at every
+    # step for auto (0 on the plain route). On the 2-core CPU it served the same traffic
+    # faster than two engines on split cores (README, "One engine or two"), and on a GPU it
+    # holds the weights once. 'auto' (the default) is 'one' on CPUs and wherever two copies of
+    # the weights would take more than a tenth of a GPU (app/engine/memory_plan.py). Remote
+    # pools keep both routes either way.
+    engine_layout: Literal["auto", "two", "one"] = Field(
+        "auto",
+        description="one engine for both routes, two (speculative, plain), or auto by memory",
         json_schema_extra=_cli("engines"),
+    )
+    # With two engines on GPUs, each route on GPUs of its own (CUDA_VISIBLE_DEVICES for its
+    # engine core), so the engines never time-slice one GPU or split its memory.
+    speculative_devices: Annotated[tuple[int, ...], NoDecode] = Field(
+        (),
+        description="GPUs of the speculative engine (with --engine-layout two)",
+        json_schema_extra=_cli("engines", "ID,ID...", unset="the first TP x PP"),
+    )
+    plain_devices: Annotated[tuple[int, ...], NoDecode] = Field(
+        (),
+        description="GPUs of the plain engine (with --engine-layout two)",
+        json_schema_extra=_cli("engines", "ID,ID...", unset="the first TP x PP"),
     )
     # 'split' lets both engines compute at once; 'shared' keeps vLLM's binding, which puts both
     # on the same cores. VLLM_CPU_OMP_THREADS_BIND, when set, wins over either.
@@ -433,9 +454,17 @@ class Settings(BaseSettings):
             return urls
         return value
 
+    @field_validator("speculative_devices", "plain_devices", mode="before")
+    @classmethod
+    def _split_devices(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(int(part) for part in value.split(",") if part.strip())
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> Settings:
         self.engine_speculative_config()
+        self._check_devices()
         try:
             self.api_keys()
         except OSError as exc:
@@ -456,6 +485,24 @@ class Settings(BaseSettings):
                 f"routing_pins names unknown classes {sorted(unknown)}; known: {sorted(known)}"
             )
         return self
+
+    def _check_devices(self) -> None:
+        devices = {"speculative": self.speculative_devices, "plain": self.plain_devices}
+        if not any(devices.values()):
+            return
+        if not all(devices.values()):
+            raise ValueError("--speculative-devices and --plain-devices go together")
+        if self.engine_layout == "one":
+            raise ValueError("--speculative-devices and --plain-devices need two engines")
+        if set(self.speculative_devices) & set(self.plain_devices):
+            raise ValueError("--speculative-devices and --plain-devices must not share a GPU")
+        ranks = self.tensor_parallel_size * self.pipeline_parallel_size
+        for route, chosen in devices.items():
+            if len(chosen) != ranks:
+                raise ValueError(
+                    f"--{route}-devices names {len(chosen)} GPUs; each engine takes "
+                    f"--tensor-parallel-size x --pipeline-parallel-size = {ranks}"
+                )
 
     def api_keys(self) -> list[str]:
         """Every accepted key: the flags' and the key file's."""
@@ -524,6 +571,9 @@ class Settings(BaseSettings):
         return config
 
     def engine_memory_fraction(self, speculative: bool) -> float:
+        """The share of each GPU's memory one of two engines may use."""
+        if self.speculative_devices and self.plain_devices:
+            return self.gpu_memory_utilization  # each route on GPUs of its own
         share = self.speculative_memory_share if speculative else 1 - self.speculative_memory_share
         return round(self.gpu_memory_utilization * share, 4)
 

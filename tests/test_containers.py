@@ -145,6 +145,16 @@ def test_the_gpu_image_is_vllms_own_at_the_version_specgate_pins() -> None:
     assert any('"/opt/specgate/src[gpu]"' in run for run in values(stage, "RUN"))
 
 
+def test_the_gpu_image_keeps_compile_caches_on_a_volume() -> None:
+    # vLLM's, Inductor's and Triton's caches, or every restart recompiles both engines.
+    (stage,) = dockerfile_stages(DOCKERFILES["gpu"])
+    env = env_of(stage)
+    (volume,) = [v for v in json.loads(values(stage, "VOLUME")[-1]) if "compile" in v]
+    for name in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        assert env[name].startswith(volume + "/"), name
+    assert any(f"chown specgate /data/huggingface {volume}" in run for run in values(stage, "RUN"))
+
+
 BUILD_TOOLS = {"gcc", "g++", "build-essential", "make", "cmake", "clang", "git"}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic_settings import CliApp
 
+from app.cli import parse_settings
 from app.engine.vllm_engine import engine_args
 from app.settings import Settings
 
@@ -50,15 +51,15 @@ def test_by_default_each_engine_is_one_worker_and_vllm_picks_the_backend() -> No
 def test_speculative_engines_take_a_draft_length_per_request() -> None:
     speculative = engine_args(Settings(), "/models/small", "speculative")
     plain = engine_args(Settings(), "/models/small", "plain")
-    assert speculative.scheduler_cls == "app.engine.draft_length.DraftLengthScheduler"
+    assert speculative.scheduler_cls == "app.engine.draft_scheduler.draft_length_scheduler"
     assert speculative.worker_extension_cls == "app.engine.draft_worker.DraftWorkerExtension"
     assert plain.worker_extension_cls == ""
     assert plain.scheduler_cls != speculative.scheduler_cls
 
 
-def test_engines_that_take_draft_lengths_schedule_synchronously() -> None:
-    # Async scheduling never hands the scheduler the step's proposals, so lengths would be lost.
-    assert engine_args(Settings(), "/models/small", "speculative").async_scheduling is False
+def test_vllm_settles_async_scheduling_and_the_scheduler_follows_it() -> None:
+    # Both schedulers take draft lengths (tests/test_draft_schedulers.py), so nothing is forced.
+    assert engine_args(Settings(), "/models/small", "speculative").async_scheduling is None
     assert engine_args(Settings(), "/models/small", "plain").async_scheduling is None
 
 
@@ -96,3 +97,11 @@ def test_each_draft_row_gets_its_requests_sampling_value() -> None:
     assert expanded.tolist() == [1.0, 1.0, 0.5, 0.5, 0.5]
     top_k = _expand_batch_to_tokens(torch.tensor([7, 8, 9], dtype=torch.int32), cu_num_drafts, 5)
     assert (top_k.dtype, top_k.tolist()) == (torch.int32, [7, 7, 9, 9, 9])
+
+
+def test_the_load_format_reaches_both_engines() -> None:
+    # dummy: random weights in the model's shape, from a folder of config.json and a tokenizer.
+    settings = parse_settings(["--load-format", "dummy"])
+    for route in ("speculative", "plain"):
+        assert engine_args(settings, "/models/shape-only", route).load_format == "dummy"
+    assert engine_args(Settings(), "/models/small", "plain").load_format == "auto"

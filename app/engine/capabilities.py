@@ -29,15 +29,19 @@ def refusal_of(fields: list[str], why: str) -> Refusal | None:
     return Refusal(tuple(fields), why) if fields else None
 
 
-def drafting_refusal(options: SamplingOptions) -> Refusal | None:
+def drafting_refusal(
+    options: SamplingOptions, applies_sampling_fields_at_drafts: bool = False
+) -> Refusal | None:
     """The sampling fields vLLM 0.32 cannot serve on a request that drafts.
 
-    min_p and logit_bias are refused there (its rejection sampler does not apply them at
-    drafted positions). top_k is accepted, but sampling with it alone killed a CPU engine
-    core (an empty tensor in the rejection sampler's top-k step; found by tests/engine
-    fuzzing), so it stays off drafting requests too.
+    min_p and logit_bias are refused there by the V1 model runner (its rejection sampler
+    does not apply them at drafted positions; Model Runner V2's does, so an engine on V2
+    serves them: app/engine/model_runner.py). top_k is accepted, but sampling with it alone
+    killed a CPU engine core (an empty tensor in the rejection sampler's top-k step; found
+    by tests/engine fuzzing), so it stays off drafting requests too.
     """
-    fields = [name for name in ("min_p", "logit_bias", "top_k") if getattr(options, name)]
+    names = ("top_k",) if applies_sampling_fields_at_drafts else ("min_p", "logit_bias", "top_k")
+    fields = [name for name in names if getattr(options, name)]
     return refusal_of(fields, "not supported while drafting")
 
 

@@ -7,8 +7,9 @@ fixed: each step the scheduler picks every such request's length in 0..limit for
 batch's goodput (app/routing/goodput.py), from the request's acceptance so far and the
 engine's step times. Without one, the request verifies up to its limit every step.
 
-vLLM loads `DraftLengthScheduler` in its engine core process by qualified name
-(`scheduler_cls`); `DraftWorkerExtension` is loaded in the worker process
+vLLM builds `DraftLengthScheduler` in its engine core process when the engine schedules
+synchronously (app/engine/draft_scheduler.py; under async scheduling,
+app/engine/draft_length_async.py); `DraftWorkerExtension` is loaded in the worker process
 (`worker_extension_cls`) and patches worker functions when its module is imported there.
 
 A request that never drafts samples as on a plain engine, so it may carry the sampling
@@ -40,7 +41,6 @@ logger = logging.getLogger("vllm.specgate.scheduler")
 
 DRAFT_LENGTH_KEY = "specgate_draft_length"
 ACCEPTANCE_PRIOR_KEY = "specgate_acceptance_prior"
-SCHEDULER_QUALNAME = "app.engine.draft_length.DraftLengthScheduler"
 # How often the engine core logs its learned step-cost line (steps).
 STEP_COST_LOG_EVERY = 500
 # A file to append every step's shape and time to, as JSON lines (for profiling).

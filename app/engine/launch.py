@@ -9,14 +9,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
-from contextlib import AsyncExitStack
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, contextmanager
+from typing import Any
 
 import psutil
 
 from app.embedded_model import prepare_embedded_model
 from app.engine.base import Engine
 from app.engine.cpu_cores import bound_to, core_plan, keep_numba_off_the_cores, whole_machine
+from app.engine.memory_plan import DeviceFacts, Layout, check_plan, choose_layout, needs
 from app.engine.remote import RemoteEngine
 from app.engine.route_view import route_views
 from app.engine.types import ROUTES, Route
@@ -57,7 +61,8 @@ async def start_vllm_engines(
     model_path = await resolve_model_path(settings)
     if on_cpu():
         keep_numba_off_the_cores()
-    if settings.engine_layout == "one" and len(routes) == len(ROUTES):
+    layout = await asyncio.to_thread(plan_layout, settings, model_path, on_cpu())
+    if layout == "one" and len(routes) == len(ROUTES):
         return await _start_shared_engine(settings, stack, model_path)
     engines: dict[Route, Engine] = {}
     started = time.monotonic()
@@ -72,7 +77,7 @@ async def start_vllm_engines(
     for route in routes:
         if route in cores:
             logger.info("the %s engine computes on CPU cores %s", route, cores[route])
-        with bound_to(cores.get(route)):
+        with bound_to(cores.get(route)), visible_devices(settings, route):
             before = engine_core_children()
             task = asyncio.create_task(
                 asyncio.to_thread(VllmEngine.start, settings, model_path, route)
@@ -91,6 +96,57 @@ async def start_vllm_engines(
         raise failure  # the stack stops the engines that did start
     logger.info("engines ready in %.1f s", time.monotonic() - started)
     return engines
+
+
+def plan_layout(settings: Settings, model_path: str, cpu: bool) -> Layout:
+    """The layout to start (auto resolved), after checking that its engines fit: a plan that
+    cannot fit is refused here, before minutes of loading."""
+    if cpu:
+        facts = DeviceFacts(gpu=False, memory_bytes=0)
+        layout = choose_layout(settings, facts, {})
+    else:
+        facts = gpu_facts()
+        speculative = settings.engine_speculative_config()
+        draft = speculative.get("model") if speculative.get("method") != "ngram" else None
+        need = needs(settings, model_config(model_path), model_config(draft) if draft else None)
+        layout = choose_layout(settings, facts, need)
+        check_plan(settings, layout, facts, need)
+    logger.info(
+        "engine layout: %s%s", layout, " (auto)" if settings.engine_layout == "auto" else ""
+    )
+    return layout
+
+
+def gpu_facts() -> DeviceFacts:
+    from vllm.platforms import current_platform
+
+    return DeviceFacts(gpu=True, memory_bytes=int(current_platform.get_device_total_memory(0)))
+
+
+def model_config(model: str) -> dict[str, Any]:
+    """A model's config.json (read from its folder, or only that file from the hub)."""
+    from transformers import AutoConfig
+
+    return dict(AutoConfig.from_pretrained(model).to_dict())
+
+
+@contextmanager
+def visible_devices(settings: Settings, route: Route) -> Iterator[None]:
+    """While a route's engine core is spawned, it sees only the route's own GPUs."""
+    devices = settings.speculative_devices if route == "speculative" else settings.plain_devices
+    if not devices:
+        yield
+        return
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(device) for device in devices)
+    logger.info("the %s engine runs on GPUs %s", route, os.environ["CUDA_VISIBLE_DEVICES"])
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved
 
 
 def engine_core_children() -> set[int]:

@@ -24,8 +24,10 @@ from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 from vllm.v1.metrics.stats import RequestSpecDecodeMetrics
 
 from app.engine.capabilities import Refusal, drafting_refusal
-from app.engine.draft_length import ACCEPTANCE_PRIOR_KEY, DRAFT_LENGTH_KEY, SCHEDULER_QUALNAME
+from app.engine.draft_length import ACCEPTANCE_PRIOR_KEY, DRAFT_LENGTH_KEY
+from app.engine.draft_scheduler import SCHEDULER_QUALNAME
 from app.engine.draft_worker import WORKER_EXTENSION_QUALNAME
+from app.engine.model_runner import RunnerFacts, pinned_runner, runner_of
 from app.engine.sampling_table import engine_sampling, finish_reason
 from app.engine.types import (
     ChoiceDelta,
@@ -83,15 +85,11 @@ def engine_args(
         extra["speculative_config"] = settings.engine_speculative_config()
         # "detailed": each verification step's draft length too (the usage's draft_lengths).
         extra["per_request_spec_decode_metrics"] = "detailed"
-        # Each request's own draft length (GenerationRequest.draft_length), 0..K.
+        # Each request's own draft length (GenerationRequest.draft_length), 0..K, under
+        # whichever scheduling vLLM settles for the engine (app/engine/draft_scheduler.py):
+        # async scheduling, vLLM's single-GPU default for draft models and EAGLE, overlaps
+        # the host's work with the GPU's step (about 1.2 ms a step on an H100).
         extra["scheduler_cls"] = SCHEDULER_QUALNAME
-        # The per-step lengths are set where the engine core hands the scheduler each step's
-        # proposals (update_draft_token_ids), which only synchronous scheduling calls. vLLM
-        # turns async scheduling on by default on a single GPU for draft-model and EAGLE
-        # speculation, and there every request would silently draft K; so it is off, at the
-        # price of not overlapping the scheduler's CPU work with the GPU's step (CPUs never
-        # have it).
-        extra["async_scheduling"] = False
         extra["worker_extension_cls"] = WORKER_EXTENSION_QUALNAME
     return AsyncEngineArgs(
         model=model_path,
@@ -108,6 +106,7 @@ def engine_args(
         ),
         kv_cache_memory_bytes=kv_cache_bytes,
         enforce_eager=enforce_eager,
+        load_format=settings.load_format,
         # specgate keeps its own Prometheus metrics; vLLM's global registry cannot hold two engines.
         disable_log_stats=True,
         # With "auto", vLLM checks each schema for xgrammar and falls back to guidance per
@@ -123,13 +122,15 @@ class VllmEngine:
     # Steps carry token ids (the shadow drafter and mid-stream moves need them).
     exposes_token_ids = True
 
-    def __init__(self, llm: AsyncLLM, route: Route) -> None:
+    def __init__(self, llm: AsyncLLM, route: Route, runner: RunnerFacts) -> None:
         self.route: Route = route
         self._llm: AsyncLLM | None = llm
         self._tokenizer = llm.get_tokenizer()
         self.max_model_len: int = llm.model_config.max_model_len
         # A speculative engine honours each request's draft_length; a plain one drafts none.
         self.per_request_draft_length: bool = llm.vllm_config.speculative_config is not None
+        # The model runner its engine core got (what it can serve while drafting follows).
+        self.runner = runner
 
     @classmethod
     def start(
@@ -137,8 +138,22 @@ class VllmEngine:
     ) -> VllmEngine:
         """Build the engine; blocks until its core process is ready (tens of seconds)."""
         args = engine_args(settings, model_path, route, shared)
-        logger.info("starting the %s engine on %s", "shared" if shared else route, model_path)
-        return cls(AsyncLLM.from_engine_args(args), route)
+        name = "shared" if shared else route
+        logger.info("starting the %s engine on %s", name, model_path)
+        speculative = args.speculative_config is not None
+        with pinned_runner(speculative):
+            llm = AsyncLLM.from_engine_args(args)
+            # Read while the environment the engine core was spawned with is in place.
+            runner = runner_of(llm.vllm_config.use_v2_model_runner)
+        async_scheduling = bool(llm.vllm_config.scheduler_config.async_scheduling)
+        logger.info(
+            "the %s engine: model runner %s, %s scheduling%s",
+            name,
+            runner.runner.upper(),
+            "async" if async_scheduling else "synchronous",
+            ", a draft length per request" if speculative else "",
+        )
+        return cls(llm, route, runner)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
         # Everything the request could get wrong is checked here, before vLLM sees it.
@@ -202,7 +217,9 @@ class VllmEngine:
     def refusal(self, options: SamplingOptions) -> Refusal | None:
         # A request that drafts cannot have some sampling fields; on the plain route of
         # --engine-layout one a request never drafts (see RouteView).
-        return drafting_refusal(options) if self.per_request_draft_length else None
+        if not self.per_request_draft_length:
+            return None
+        return drafting_refusal(options, self.runner.applies_sampling_fields_at_drafts)
 
     def unfinished_requests(self) -> int:
         return 0 if self._llm is None else self._llm.get_num_unfinished_requests()
@@ -268,6 +285,8 @@ class VllmEngine:
             for name, value in (("logit_bias", options.logit_bias), ("min_p", options.min_p))
             if value and not (name == "min_p" and greedy)
         ]
+        if self.runner.applies_sampling_fields_at_drafts:
+            return
         if self.per_request_draft_length and fields and draft_length != 0:
             raise InvalidRequestError(
                 f"{' and '.join(fields)} cannot be used while drafting: vLLM does not apply "

@@ -87,6 +87,13 @@ class DraftPlanner:
         if estimate is not None and found is not None:
             estimate.observe(*found)
 
+    def observe_outcome(self, request_id: str, hits: int, missed: bool) -> None:
+        """A step's outcome for one request known only by count: `hits` verified drafts
+        landed, then one missed or not (async scheduling: the proposals stay in the worker)."""
+        estimate = self._acceptance.get(request_id)
+        if estimate is not None:
+            estimate.observe(hits, missed)
+
     def forget_all_but(self, live: Collection[str]) -> None:
         if len(self._acceptance) > len(live):
             for request_id in [r for r in self._acceptance if r not in live]:

@@ -1,0 +1,158 @@
+"""Per-request draft lengths at vLLM's scheduler level, under synchronous and async
+scheduling alike: the scheduler the engine arguments name is built from a small VllmConfig
+and driven through schedule() / update_from_output() with model outputs made here, as
+vLLM's own tests/v1/core do. No model runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig
+from vllm.sampling_params import SamplingParams
+from vllm.utils.import_utils import resolve_obj_by_qualname
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+
+from app.engine.draft_length import ACCEPTANCE_PRIOR_KEY, DRAFT_LENGTH_KEY
+from app.engine.vllm_engine import engine_args
+from app.settings import Settings
+
+K = 5
+BLOCK = 16
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 1000,
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float32",
+}
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    (folder / "config.json").write_text(json.dumps(TINY_LLAMA))
+    return folder
+
+
+def scheduler(model_folder: Path, async_scheduling: bool) -> Any:
+    """The scheduler the speculative engine's arguments name, as vLLM's engine core builds
+    it, with async scheduling as vLLM would settle it on a GPU (CPUs turn it off)."""
+    model = ModelConfig(model=str(model_folder), skip_tokenizer_init=True, max_model_len=1024)
+    config = VllmConfig(
+        model_config=model,
+        scheduler_config=SchedulerConfig(
+            max_num_seqs=16,
+            max_num_batched_tokens=1024,
+            max_model_len=1024,
+            is_encoder_decoder=False,
+        ),
+        cache_config=CacheConfig(block_size=BLOCK, enable_prefix_caching=False),
+        speculative_config=SpeculativeConfig(
+            method="ngram", num_speculative_tokens=K, prompt_lookup_min=2, prompt_lookup_max=5
+        ),
+    )
+    config.scheduler_config.async_scheduling = async_scheduling
+    config.cache_config.num_gpu_blocks = 1000
+    kv_cache = KVCacheConfig(
+        num_blocks=1000,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec(
+                ["layer"],
+                FullAttentionSpec(
+                    block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32
+                ),
+            )
+        ],
+    )
+    named = engine_args(Settings(), str(model_folder), "speculative").scheduler_cls
+    assert isinstance(named, str)
+    build = resolve_obj_by_qualname(named)
+    return build(
+        vllm_config=config,
+        kv_cache_config=kv_cache,
+        structured_output_manager=StructuredOutputManager(config),
+        log_stats=True,
+        block_size=BLOCK,
+    )
+
+
+def add(made: Any, request_id: str, **extra_args: float) -> None:
+    params = SamplingParams(max_tokens=500, extra_args=extra_args or None)
+    made.add_request(Request(request_id, list(range(1, 21)), params, None))
+
+
+PROPOSAL = [11, 12, 13, 14, 15]
+
+
+def step(made: Any, output: SchedulerOutput, accepted: int = 0, copying: str = "") -> None:
+    """The model's answer to a scheduled step: each request's first `accepted` verified
+    drafts (the drafter's proposal; for `copying` alone, when named) and then a token of its
+    own."""
+    ids = list(output.num_scheduled_tokens)
+    sampled = []
+    for i in ids:
+        lands = accepted if not copying or i == copying else 0
+        landed = min(lands, len(output.scheduled_spec_decode_tokens.get(i, ())))
+        sampled.append([*PROPOSAL[:landed], 99 if landed < lands or not lands else 7])
+    runner = ModelRunnerOutput(
+        req_ids=ids, req_id_to_index={i: n for n, i in enumerate(ids)}, sampled_token_ids=sampled
+    )
+    made.update_from_output(output, runner)
+    if not made.scheduler_config.async_scheduling:
+        # Synchronous: the engine core hands the drafter's proposals over after the step
+        # (vllm/v1/engine/core.py, post_step); under async scheduling it never does.
+        made.update_draft_token_ids(DraftTokenIds(ids, [list(PROPOSAL) for _ in ids]))
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_each_request_verifies_at_most_its_own_length(
+    model_folder: Path, async_scheduling: bool
+) -> None:
+    made = scheduler(model_folder, async_scheduling)
+    assert isinstance(made, AsyncScheduler) == async_scheduling
+    add(made, "two", **{DRAFT_LENGTH_KEY: 2})
+    add(made, "never", **{DRAFT_LENGTH_KEY: 0})
+    add(made, "engine-k")
+    step(made, made.schedule())  # the prompts
+    for _ in range(3):
+        output = made.schedule()
+        drafts = {i: len(d) for i, d in output.scheduled_spec_decode_tokens.items()}
+        assert drafts.get("two", 0) <= 2 and drafts.get("two", 0) > 0, drafts
+        assert drafts.get("never", 0) == 0, drafts
+        assert drafts.get("engine-k") == K, drafts
+        assert output.num_scheduled_tokens["never"] == 1
+        step(made, output)
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_adaptive_requests_draft_more_where_drafts_land(
+    model_folder: Path, async_scheduling: bool
+) -> None:
+    made = scheduler(model_folder, async_scheduling)
+    add(made, "copying", **{ACCEPTANCE_PRIOR_KEY: 0.5})
+    add(made, "fresh", **{ACCEPTANCE_PRIOR_KEY: 0.5})
+    step(made, made.schedule())
+    lengths: dict[str, list[int]] = {"copying": [], "fresh": []}
+    for _ in range(20):
+        output = made.schedule()
+        for request_id, seen in lengths.items():
+            seen.append(len(output.scheduled_spec_decode_tokens.get(request_id, ())))
+        step(made, output, accepted=K, copying="copying")  # the copy's drafts all land
+    assert lengths["fresh"][-1] < lengths["fresh"][0], lengths
+    assert lengths["fresh"][-1] < lengths["copying"][-1], lengths

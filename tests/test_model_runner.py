@@ -1,0 +1,87 @@
+"""The model runner a speculative engine gets (V1, pinned), and what follows from it: what
+the engine serves while drafting, and whether the shadow drafter runs. Platform facts are
+faked: vLLM chooses V2 only where Triton is installed (CUDA hosts)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import vllm.config.vllm as vllm_config_module
+from vllm.config import ModelConfig, VllmConfig
+
+from app.engine.capabilities import drafting_refusal
+from app.engine.model_runner import RUNNER_VARIABLE, pinned_runner, runner_of
+from app.engine.types import SamplingOptions
+from app.main import shadow_config
+from app.settings import Settings
+
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 1000,
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-5,
+}
+
+
+@pytest.fixture
+def cuda_like(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host where vLLM would pick Model Runner V2: Triton present, no operator choice."""
+    monkeypatch.setattr(vllm_config_module, "HAS_TRITON", True)
+    monkeypatch.delenv(RUNNER_VARIABLE, raising=False)
+
+
+def tiny_config(tmp_path: Path) -> VllmConfig:
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    model = ModelConfig(model=str(tmp_path), skip_tokenizer_init=True, max_model_len=1024)
+    return VllmConfig(model_config=model)
+
+
+def test_a_speculative_engine_is_spawned_on_v1_where_vllm_would_pick_v2(
+    tmp_path: Path, cuda_like: None
+) -> None:
+    config = tiny_config(tmp_path)
+    assert config.use_v2_model_runner  # vLLM's own choice on such a host
+    with pinned_runner(speculative=True):
+        assert runner_of(config.use_v2_model_runner).runner == "v1"
+    assert RUNNER_VARIABLE not in os.environ  # the gateway's environment is left as it was
+    with pinned_runner(speculative=False):
+        assert runner_of(config.use_v2_model_runner).runner == "v2"
+
+
+def test_an_operators_explicit_runner_wins(
+    tmp_path: Path, cuda_like: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(RUNNER_VARIABLE, "1")
+    config = tiny_config(tmp_path)
+    with pinned_runner(speculative=True):
+        assert runner_of(config.use_v2_model_runner).runner == "v2"
+    assert os.environ[RUNNER_VARIABLE] == "1"
+
+
+def test_what_a_drafting_request_may_carry_follows_the_runner() -> None:
+    options = SamplingOptions(temperature=0.7, min_p=0.1, logit_bias={5: 1.0})
+    v1, v2 = runner_of(False), runner_of(True)
+    refused = drafting_refusal(options, v1.applies_sampling_fields_at_drafts)
+    assert refused is not None and set(refused.fields) == {"min_p", "logit_bias"}
+    assert drafting_refusal(options, v2.applies_sampling_fields_at_drafts) is None
+    with_top_k = SamplingOptions(temperature=0.7, top_k=5)
+    assert drafting_refusal(with_top_k, v2.applies_sampling_fields_at_drafts) is not None
+
+
+def test_the_shadow_drafter_steps_aside_when_the_engine_runs_v2() -> None:
+    def engine(use_v2: bool) -> SimpleNamespace:
+        return SimpleNamespace(exposes_token_ids=True, max_model_len=2048, runner=runner_of(use_v2))
+
+    settings = Settings()
+    assert shadow_config(settings, {"speculative": engine(False), "plain": engine(False)})
+    assert shadow_config(settings, {"speculative": engine(True), "plain": engine(False)}) is None
