@@ -15,7 +15,7 @@ ifdef PIP_EXTRA_INDEX_URL
 export PIP_EXTRA_INDEX_URL
 endif
 
-.PHONY: install serve test lint bench gpu-sim openapi clean
+.PHONY: install serve test lint bench gpu-sim gpu-check openapi clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,11 @@ bench: install
 # 5 min): writes bench/results/gpu_sim/.
 gpu-sim: install
 	$(BIN)/python -m bench.gpu_sim $(ARGS)
+
+# On a GPU host (ENGINE=gpu): per-request drafting checked, and ITL against vLLM's own
+# server, on random weights in Llama-3.1-8B's shape. CI runs it on the CPU (--quick).
+gpu-check: install
+	$(BIN)/python -m bench.gpu_check $(ARGS)
 
 # Regenerate the committed API contract after changing a route or a schema.
 openapi: install

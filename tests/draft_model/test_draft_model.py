@@ -15,7 +15,7 @@ from openai import OpenAI
 
 from app.embedded_model import prepare_embedded_model
 from app.settings import Settings
-from tests.engine.draft import make_truncated_draft
+from bench.model_folders import make_truncated_draft
 from tests.engine.prompts import CODE, MODEL
 from tests.engine.server import ServerProcess
 
