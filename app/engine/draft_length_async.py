@@ -79,4 +79,6 @@ class AsyncDraftLengthScheduler(AsyncScheduler):
                 self.planner.observe_outcome(request_id, accepted, accepted < len(drafts))
         outputs = super().update_from_output(scheduler_output, model_runner_output)
         self.planner.forget_all_but(self.requests)
+        if not self.running:
+            self._last_step_done = None  # an idle gap is no step's time
         return outputs
