@@ -120,3 +120,13 @@ async def test_chat_logprobs_stream_and_conform(client: httpx.AsyncClient) -> No
     assert streamed == content
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 3
     assert all(c["usage"] is None for c in chunks[:-1])
+
+
+def test_the_openai_document_is_the_vendored_one_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A clone of the repository alone validates against OpenAI's document: nothing outside it.
+    from tests import openai_schema
+
+    monkeypatch.delenv("OPENAI_SPEC", raising=False)
+    assert openai_schema.VENDORED.is_relative_to(openai_schema.REPO)
+    document = json.loads(openai_schema._document())
+    assert document["openapi"] == "3.1.0" and document["info"]["version"] == "2.3.0"
