@@ -64,6 +64,9 @@ class Gateway:
     # What an absent max_tokens means, and the most a request may ask for (None: no limit).
     max_tokens_default: int | None = None
     max_tokens_limit: int | None = None
+    # Stop strings and sequences (prompts x n) one request may hold.
+    max_stop_sequences: int = 16
+    max_sequences_per_request: int = 192
     # The speculative engine's K: the longest draft length a client may ask for.
     max_draft_length: int | None = None
     in_flight: InFlight = field(default_factory=InFlight)
@@ -92,7 +95,25 @@ class Gateway:
         )
 
     def _bounded(self, spec: RequestSpec) -> SamplingOptions:
-        """The options with the server's max_tokens default, after its limit is checked."""
+        """The options with the server's max_tokens default, after the limits are checked."""
+        stops = len(spec.options.stop)
+        if stops > self.max_stop_sequences:
+            raise InvalidRequestError(
+                f"stop holds {stops} strings; this server takes at most "
+                f"{self.max_stop_sequences} (--max-stop-sequences)",
+                param="stop",
+                code="too_many_stop_sequences",
+            )
+        sequences = len(spec.prompts) * spec.options.n
+        if sequences > self.max_sequences_per_request:
+            raise InvalidRequestError(
+                f"the request holds {sequences} sequences ({len(spec.prompts)} prompts x n "
+                f"{spec.options.n}); this server takes at most {self.max_sequences_per_request} "
+                "per request (--max-prompts-per-request, bounded by --max-running-requests + "
+                "--max-queued-requests)",
+                param="prompt" if len(spec.prompts) > 1 else "n",
+                code="too_many_sequences",
+            )
         asked, limit = spec.options.max_tokens, self.max_tokens_limit
         if limit is not None and asked is not None and asked > limit:
             raise InvalidRequestError(

@@ -73,6 +73,8 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         call_parsers=call_parsers(settings, engines),
         max_tokens_default=settings.max_tokens_default,
         max_tokens_limit=settings.max_tokens_limit,
+        max_stop_sequences=settings.max_stop_sequences,
+        max_sequences_per_request=settings.max_sequences_per_request,
         responses=ResponseStore(settings.responses_store_size),
     )
 

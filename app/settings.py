@@ -297,6 +297,20 @@ class Settings(BaseSettings):
         description="Tokens a request without max_tokens generates at most",
         json_schema_extra=_cli("requests", "N"),
     )
+    # OpenAI allows 4 stop strings; vLLM's server any number, and evaluation harnesses send
+    # more (lm-eval adds the EOS string to a task's list: 5 for humaneval and gsm8k-cot).
+    max_stop_sequences: int = Field(
+        16,
+        ge=1,
+        description="Stop strings a request may hold",
+        json_schema_extra=_cli("requests", "N"),
+    )
+    max_prompts_per_request: int | None = Field(
+        None,
+        ge=1,
+        description="Sequences (prompts x n) one request may hold",
+        json_schema_extra=_cli("requests", "N", unset="what admission holds at once"),
+    )
     max_tokens_limit: int | None = Field(
         16384,
         ge=1,
@@ -503,6 +517,14 @@ class Settings(BaseSettings):
                     f"--{route}-devices names {len(chosen)} GPUs; each engine takes "
                     f"--tensor-parallel-size x --pipeline-parallel-size = {ranks}"
                 )
+
+    @property
+    def max_sequences_per_request(self) -> int:
+        """The most sequences one request may hold: the setting, or what one engine's admission
+        holds at once (running and queued), past which a request could never be admitted."""
+        admitted = self.max_running_requests + self.max_queued_requests
+        limit = self.max_prompts_per_request
+        return admitted if limit is None else min(limit, admitted)
 
     def api_keys(self) -> list[str]:
         """Every accepted key: the flags' and the key file's."""

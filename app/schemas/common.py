@@ -126,9 +126,9 @@ class RequestBase(BaseModel):
     def _check_common(self) -> RequestBase:
         if self.stream_options is not None and not self.stream:
             raise FieldError("stream_options", "is only allowed when stream is true")
+        # How many stop strings a request may hold is the server's setting (the gateway checks
+        # it): OpenAI allows 4, vLLM any number, and lm-eval sends 5 for some tasks.
         stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
-        if len(stops) > 4:
-            raise FieldError("stop", "may hold at most 4 sequences")
         if any(not s for s in stops):
             raise FieldError("stop", "sequences must not be empty")
         for token, bias in (self.logit_bias or {}).items():

@@ -16,9 +16,9 @@ from app.schemas.common import (
     is_none,
 )
 
+# Each prompt runs as its own engine request; how many a request may hold is the server's
+# setting (the gateway checks it against what admission can hold).
 Prompt = Text | list[Text] | list[int] | list[list[int]]
-# Prompts in one request; each runs as its own engine request.
-MAX_PROMPTS = 32
 
 
 class CompletionRequest(RequestBase):
@@ -40,8 +40,6 @@ class CompletionRequest(RequestBase):
         prompts = self.prompts()
         if not prompts or any(not prompt for prompt in prompts):
             raise FieldError("prompt", "must not be empty")
-        if len(prompts) > MAX_PROMPTS:
-            raise FieldError("prompt", f"may hold at most {MAX_PROMPTS} prompts")
         return self
 
     def prompts(self) -> list[str | list[int]]:
