@@ -129,7 +129,7 @@ CPU_STEP_PRIOR = StepCostPrior(
 )
 # Llama-3.1-8B on one H200, from aiconfigurator's figures for vLLM (not measured here):
 # a decode step's kernels cost 4.86 ms at batch 1 and 7.57 at batch 64, and vLLM's host
-# work adds about 1.2 ms a step when scheduling is synchronous (as per-request lengths need;
+# work adds about 1.2 ms a step when scheduling is synchronous (as for n-gram drafting;
 # SpecDecode-Bench's fit to vLLM 0.10.1 on an H100); non-attention work priced per token
 # verified puts a draft token near 0.012 ms (0.004 below about 128 tokens a step, 0.02
 # above: the GPU simulation's learned lines, bench/results/gpu_sim). The speculative

@@ -30,8 +30,9 @@ MAX_NUM_SEQS = 1024
 MAX_BATCHED_TOKENS = 8192
 GPU_MEMORY_UTILIZATION = 0.9
 # vLLM's host work per step (scheduling, sampling bookkeeping, outputs) with synchronous
-# scheduling, which speculation with per-request lengths needs (issue 22): 1.207 ms, fitted
-# to vLLM 0.10.1 on an H100 (SpecDecode-Bench's simulator, predictor.py).
+# scheduling, as n-gram speculation always has: 1.207 ms, fitted to vLLM 0.10.1 on an H100
+# (SpecDecode-Bench's simulator, predictor.py). Charged to every arm alike; async scheduling
+# (vLLM's default for draft models and EAGLE, which specgate now follows) would hide it.
 HOST_MS_PER_STEP = 1.2
 # vLLM's n-gram proposer runs on the host for every running request; an assumption.
 NGRAM_MS_PER_SEQUENCE = 0.01
