@@ -73,6 +73,29 @@ async def test_include_usage_adds_a_final_usage_chunk(client: httpx.AsyncClient)
     assert final["specgate"]["route"] == "speculative"
 
 
+async def test_continuous_usage_stats_put_the_usage_so_far_on_every_chunk(
+    client: httpx.AsyncClient,
+) -> None:
+    # vLLM's extension, on chat and completions alike; only with include_usage, as vLLM.
+    both = {"include_usage": True, "continuous_usage_stats": True}
+    for path, body in (
+        (CHAT, stream_body(stream_options=both)),
+        ("/v1/completions", {"model": MODEL, "prompt": "x y", "max_tokens": 5, "stream": True,
+                             "stream_options": both}),
+    ):  # fmt: skip
+        async with client.stream("POST", path, json=body) as resp:
+            chunks = [json.loads(p) for p in (await sse_payloads(resp))[:-1]]
+        counts = [c["usage"]["completion_tokens"] for c in chunks]
+        assert counts == sorted(counts) and counts[0] >= 1 and counts[-1] == 5, counts
+        assert all(c["usage"]["total_tokens"] == c["usage"]["prompt_tokens"] + n
+                   for c, n in zip(chunks, counts, strict=True))  # fmt: skip
+        assert chunks[-1]["choices"] == []  # the final usage chunk still ends the stream
+    alone = stream_body(stream_options={"continuous_usage_stats": True, "include_usage": False})
+    async with client.stream("POST", CHAT, json=alone) as resp:
+        chunks = [json.loads(p) for p in (await sse_payloads(resp))[:-1]]
+    assert all("usage" not in c for c in chunks)
+
+
 async def test_completion_stream(client: httpx.AsyncClient) -> None:
     body = {"model": MODEL, "prompt": "x y", "max_tokens": 3, "stream": True}
     async with client.stream("POST", "/v1/completions", json=body) as response:

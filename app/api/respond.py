@@ -31,9 +31,13 @@ async def respond(
     headers = route_headers(run)
     if stream:
         include_usage = bool(stream_options and stream_options.include_usage)
+        # As vLLM: usage on every chunk only with include_usage too.
+        every_chunk = include_usage and bool(
+            stream_options and stream_options.continuous_usage_stats
+        )
         # "\n" line ends, as OpenAI sends them; some clients split events on "\n\n" only.
         return EventStream(
-            shape.sse(run, include_usage),
+            shape.sse(run, include_usage, every_chunk),
             run,
             # On SIGTERM, let the stream finish for this long before it is cut (and aborted).
             shutdown_grace_seconds,

@@ -63,6 +63,10 @@ def _token_id(key: str) -> int | None:
 
 class StreamOptions(BaseModel):
     include_usage: bool = False
+    continuous_usage_stats: bool = Field(
+        False,
+        description="vLLM extension: with include_usage, every chunk carries the usage so far.",
+    )
 
 
 class JsonSchemaFormat(BaseModel):

@@ -157,8 +157,10 @@ class ChatShape:
             return finish
         return "function_call" if self.legacy_functions else "tool_calls"
 
-    def sse(self, run: Run, include_usage: bool) -> AsyncIterator[bytes | dict[str, str]]:
-        return sse_events(run, self, include_usage)
+    def sse(
+        self, run: Run, include_usage: bool, every_chunk: bool = False
+    ) -> AsyncIterator[bytes | dict[str, str]]:
+        return sse_events(run, self, include_usage, every_chunk)
 
     def usage_chunk(self, run: Run) -> ChatCompletionChunk:
         return ChatCompletionChunk(

@@ -19,8 +19,11 @@ class WireShape(Protocol):
         """The whole response of a finished run."""
         ...
 
-    def sse(self, run: Run, include_usage: bool) -> AsyncIterator[bytes | dict[str, str]]:
-        """The run as server-sent events. Closing it early aborts the request."""
+    def sse(
+        self, run: Run, include_usage: bool, every_chunk: bool = False
+    ) -> AsyncIterator[bytes | dict[str, str]]:
+        """The run as server-sent events; `every_chunk`: the usage so far on each chunk
+        (vLLM's continuous_usage_stats). Closing it early aborts the request."""
         ...
 
 

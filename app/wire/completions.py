@@ -53,8 +53,10 @@ class CompletionsShape:
             ],
         )
 
-    def sse(self, run: Run, include_usage: bool) -> AsyncIterator[bytes | dict[str, str]]:
-        return sse_events(run, self, include_usage)
+    def sse(
+        self, run: Run, include_usage: bool, every_chunk: bool = False
+    ) -> AsyncIterator[bytes | dict[str, str]]:
+        return sse_events(run, self, include_usage, every_chunk)
 
     def usage_chunk(self, run: Run) -> Completion:
         return Completion(

@@ -130,7 +130,7 @@ class ResponsesShape:
         )
 
     async def sse(
-        self, run: Run, include_usage: bool = False
+        self, run: Run, include_usage: bool = False, every_chunk: bool = False
     ) -> AsyncIterator[bytes | dict[str, str]]:
         """The typed events of a streamed response. Closing it early aborts the request."""
         events = _Events()

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from app.errors import SpecgateError, error_body
 from app.generation import Run
-from app.wire.common import ChunkShape, route_info
+from app.wire.common import ChunkShape, route_info, usage
 
 logger = logging.getLogger("specgate.streaming")
 
@@ -34,8 +34,11 @@ def data_event(data: str) -> bytes:
 DONE_EVENT = data_event(DONE)
 
 
-async def sse_events(run: Run, shape: ChunkShape, include_usage: bool) -> AsyncIterator[bytes]:
-    """The SSE events of one streamed response. Closing it early aborts the request."""
+async def sse_events(
+    run: Run, shape: ChunkShape, include_usage: bool, every_chunk: bool = False
+) -> AsyncIterator[bytes]:
+    """The SSE events of one streamed response; `every_chunk`: each chunk carries the usage
+    so far (vLLM's continuous_usage_stats). Closing it early aborts the request."""
     started: set[int] = set()
     try:
         async for step in run.steps():
@@ -55,6 +58,8 @@ async def sse_events(run: Run, shape: ChunkShape, include_usage: bool) -> AsyncI
                 # The last content chunk says who served the request, for clients without usage.
                 chunks[-1].specgate = route_info(run)
             for chunk in chunks:
+                if every_chunk:
+                    chunk.usage = usage(run)
                 yield _event(chunk, include_usage)
         if include_usage:
             yield _event(shape.usage_chunk(run), include_usage)
