@@ -5,7 +5,6 @@ vLLM's own tests/v1/core do. No model runs."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -24,29 +23,15 @@ from vllm.v1.structured_output import StructuredOutputManager
 from app.engine.draft_length import ACCEPTANCE_PRIOR_KEY, DRAFT_LENGTH_KEY
 from app.engine.vllm_engine import engine_args
 from app.settings import Settings
+from tests.tiny_llama import tiny_llama_folder
 
 K = 5
 BLOCK = 16
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "vocab_size": 1000,
-    "max_position_embeddings": 2048,
-    "rms_norm_eps": 1e-5,
-    "torch_dtype": "float32",
-}
 
 
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    (folder / "config.json").write_text(json.dumps(TINY_LLAMA))
-    return folder
+    return tiny_llama_folder(tmp_path_factory.mktemp("tiny-llama"))
 
 
 def scheduler(model_folder: Path, async_scheduling: bool) -> Any:

@@ -4,7 +4,6 @@ faked: vLLM chooses V2 only where Triton is installed (CUDA hosts)."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,19 +17,7 @@ from app.engine.model_runner import RUNNER_VARIABLE, pinned_runner, runner_of
 from app.engine.types import SamplingOptions
 from app.main import shadow_config
 from app.settings import Settings
-
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "vocab_size": 1000,
-    "max_position_embeddings": 2048,
-    "rms_norm_eps": 1e-5,
-}
+from tests.tiny_llama import tiny_llama_folder
 
 
 @pytest.fixture
@@ -41,8 +28,8 @@ def cuda_like(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def tiny_config(tmp_path: Path) -> VllmConfig:
-    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
-    model = ModelConfig(model=str(tmp_path), skip_tokenizer_init=True, max_model_len=1024)
+    folder = tiny_llama_folder(tmp_path)
+    model = ModelConfig(model=str(folder), skip_tokenizer_init=True, max_model_len=1024)
     return VllmConfig(model_config=model)
 
 

@@ -27,6 +27,12 @@ def _overall(runs: dict[str, Any]) -> str:
     return "all" if "all" in runs["no-spec"] else next(iter(runs["no-spec"]))
 
 
+def _peers(changing: dict[str, Any]) -> tuple[str, str, str]:
+    """(the overall phase, the best fixed K, the best batch-size table) of a changing-load run."""
+    phase = _overall(changing)
+    return phase, _best(changing, FIXED, phase), _best(changing, _tables(changing), phase)
+
+
 def _ratio(runs: dict[str, Any], arm: str, peer: str, key: str = "e2e_mean_s") -> float:
     phase = _overall(runs)
     return round(_figure(runs, arm, phase, key) / _figure(runs, peer, phase, key), 3)
@@ -38,9 +44,7 @@ def aims(results: dict[str, Any]) -> dict[str, Any]:
     for name, machine in results["machines"].items():
         scenarios = machine["scenarios"]
         changing = scenarios["changing"]
-        phase = _overall(changing)
-        best_k = _best(changing, FIXED, phase)
-        best_table = _best(changing, _tables(changing), phase)
+        _, best_k, best_table = _peers(changing)
         steady = {s: r for s, r in scenarios.items() if s.startswith("steady-")}
         for arm in SPECGATE_ARMS:
             steady_vs_none = {s: _ratio(r, arm, "no-spec") for s, r in steady.items()}
@@ -94,9 +98,7 @@ def markdown(results: dict[str, Any]) -> str:
     for name, machine in results["machines"].items():
         scenarios = machine["scenarios"]
         changing = scenarios["changing"]
-        phase = _overall(changing)
-        best_k = _best(changing, FIXED, phase)
-        best_table = _best(changing, _tables(changing), phase)
+        _, best_k, best_table = _peers(changing)
         shown = ["no-spec", best_k, best_table, "oracle", *SPECGATE_ARMS]
         lines += [
             f"## {name} (SIMULATED)",
