@@ -592,10 +592,15 @@ class Settings(BaseSettings):
         config.setdefault("num_speculative_tokens", DEFAULT_NGRAM_TOKENS)
         return config
 
+    @property
+    def separate_devices(self) -> bool:
+        """Each route's engine on GPUs of its own (--speculative-devices, --plain-devices)."""
+        return bool(self.speculative_devices and self.plain_devices)
+
     def engine_memory_fraction(self, speculative: bool) -> float:
         """The share of each GPU's memory one of two engines may use."""
-        if self.speculative_devices and self.plain_devices:
-            return self.gpu_memory_utilization  # each route on GPUs of its own
+        if self.separate_devices:
+            return self.gpu_memory_utilization
         share = self.speculative_memory_share if speculative else 1 - self.speculative_memory_share
         return round(self.gpu_memory_utilization * share, 4)
 

@@ -47,6 +47,11 @@ STEP_COST_LOG_EVERY = 500
 STEP_TRACE = os.environ.get("SPECGATE_STEP_TRACE")
 
 
+def platform_planner() -> DraftPlanner:
+    """A draft planner starting from this platform's step-cost prior."""
+    return DraftPlanner(CPU_STEP_PRIOR if current_platform.is_cpu() else GPU_STEP_PRIOR)
+
+
 def draft_limit(extra_args: dict[str, Any] | None, k: int) -> int:
     """The most draft tokens a request may verify per step: its own limit, within 0..k."""
     value = extra_args.get(DRAFT_LENGTH_KEY) if extra_args else None
@@ -71,7 +76,7 @@ class DraftLengthScheduler(Scheduler):
 
     def __init__(self, vllm_config: VllmConfig, *args: Any, **kwargs: Any) -> None:
         super().__init__(vllm_config, *args, **kwargs)
-        self.planner = DraftPlanner(CPU_STEP_PRIOR if current_platform.is_cpu() else GPU_STEP_PRIOR)
+        self.planner = platform_planner()
         # Per request, every token proposed for the coming step, verified or held back.
         self._proposed: dict[str, list[int]] = {}
         self._step_started: tuple[float, int, int, bool] | None = None

@@ -23,20 +23,18 @@ import time
 from typing import Any
 
 from vllm.config import VllmConfig
-from vllm.platforms import current_platform
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.outputs import ModelRunnerOutput
 
-from app.engine.draft_length import acceptance_prior, draft_limit
-from app.routing.draft_plan import DraftPlanner, Offer
-from app.routing.goodput import CPU_STEP_PRIOR, GPU_STEP_PRIOR
+from app.engine.draft_length import acceptance_prior, draft_limit, platform_planner
+from app.routing.draft_plan import Offer
 
 
 class AsyncDraftLengthScheduler(AsyncScheduler):
     def __init__(self, vllm_config: VllmConfig, *args: Any, **kwargs: Any) -> None:
         super().__init__(vllm_config, *args, **kwargs)
-        self.planner = DraftPlanner(CPU_STEP_PRIOR if current_platform.is_cpu() else GPU_STEP_PRIOR)
+        self.planner = platform_planner()
         self._last_step_done: float | None = None
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:

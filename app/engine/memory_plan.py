@@ -21,8 +21,8 @@ from app.settings import Settings
 Layout = Literal["one", "two"]
 # Two copies of the weights may take this share of the memory before `auto` picks one engine.
 TWO_COPIES_SHARE = 0.1
-# The least KV cache an engine must be left per device to be worth starting.
 GB = 1e9
+# The least KV cache an engine must be left per device to be worth starting.
 MIN_KV_BYTES = GB
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "int8": 1}
 
@@ -80,14 +80,12 @@ def needs(
 def choose_layout(settings: Settings, facts: DeviceFacts, need: dict[str, float]) -> Layout:
     if settings.engine_layout != "auto":
         return settings.engine_layout
-    if not facts.gpu or separate_devices(settings):
-        return "one" if not facts.gpu else "two"
+    if not facts.gpu:
+        return "one"
+    if settings.separate_devices:
+        return "two"
     two_copies = need["speculative"] + need["plain"]
     return "one" if two_copies > TWO_COPIES_SHARE * facts.memory_bytes else "two"
-
-
-def separate_devices(settings: Settings) -> bool:
-    return bool(settings.speculative_devices and settings.plain_devices)
 
 
 def check_plan(
@@ -99,15 +97,13 @@ def check_plan(
     memory = facts.memory_bytes
     if layout == "one":
         budgets = {"speculative": settings.gpu_memory_utilization * memory}
-    elif separate_devices(settings):
-        budgets = {route: settings.gpu_memory_utilization * memory for route in need}
     else:
         budgets = {
             route: settings.engine_memory_fraction(route == "speculative") * memory
             for route in need
         }
     for route, budget in budgets.items():
-        weights = need[route] if layout == "two" else need["speculative"]
+        weights = need[route]
         if budget - weights >= MIN_KV_BYTES:
             continue
         engine = "the one engine" if layout == "one" else f"the {route} engine"
@@ -117,7 +113,7 @@ def check_plan(
             f"{settings.gpu_memory_utilization}"
             + (
                 f", --speculative-memory-share {settings.speculative_memory_share}"
-                if layout == "two" and not separate_devices(settings)
+                if layout == "two" and not settings.separate_devices
                 else ""
             )
             + f") and its weights take {weights / GB:.1f} GB a GPU, leaving "

@@ -25,7 +25,7 @@ from app.routing.goodput import (
 # overpriced drafting, the engine would stop drafting for good (in the GPU simulation the
 # speculative path's learned price did exactly that at 32 in flight: 1.57x the oracle's
 # latency). So after this many steps in a row without drafts while drafts were on offer,
-# one step drafts the single most promising token.
+# one step drafts: the rule's best choice that drafts at least one token.
 MEASURE_DRAFTING_AFTER_STEPS = 50
 # A request that asked for a fixed length is assumed to accept this share per position
 # until its own drafts say otherwise (it only weighs in the batch's expected tokens).
@@ -49,10 +49,6 @@ class DraftPlanner:
         self.step_cost = StepCost(step_prior)
         self._acceptance: dict[str, AcceptanceEstimate] = {}
         self._steps_without_drafts = 0
-
-    def acceptance(self, request_id: str) -> float | None:
-        estimate = self._acceptance.get(request_id)
-        return None if estimate is None else estimate.value
 
     def lengths(self, offers: Sequence[Offer], sequences: int) -> list[int]:
         """Each offer's draft length for a step of `sequences` sequences (offers or not)."""
@@ -82,10 +78,9 @@ class DraftPlanner:
     ) -> None:
         """A step's outcome for one request: every draft proposed for it (verified or held
         back) against the tokens the step produced."""
-        estimate = self._acceptance.get(request_id)
-        found = evidence(drafts, produced) if estimate is not None else None
-        if estimate is not None and found is not None:
-            estimate.observe(*found)
+        found = evidence(drafts, produced)
+        if found is not None:
+            self.observe_outcome(request_id, *found)
 
     def observe_outcome(self, request_id: str, hits: int, missed: bool) -> None:
         """A step's outcome for one request known only by count: `hits` verified drafts

@@ -52,6 +52,9 @@ STEP_PRIOR_WEIGHT = 20.0
 # prefill-heavy steps: in the GPU simulation the line priced drafting out of the first few
 # hundred steps at 32 in flight.)
 TYPICAL_STEP = (4.0, 16.0, 4.0)
+# A term no step exercises (prompt-free, drafting-free traffic) may grow this many times
+# its prior's uncertainty, enough to be learned quickly once steps show it.
+STEP_WINDUP = 10.0
 # A draft token never costs less than this share of its prior price, however the fit drifts:
 # a free token would make every proposal look worth verifying.
 MIN_TOKEN_COST_SHARE = 0.1
@@ -165,6 +168,7 @@ class StepCost:
             ),
             [STEP_PRIOR_WEIGHT * scale**2 for scale in (1.0, *TYPICAL_STEP)],
             STEP_FORGETTING,
+            STEP_WINDUP,
         )
 
     @property

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 Vector = list[float]
-WINDUP = 10.0
 Matrix = list[list[float]]
 
 
@@ -19,11 +18,16 @@ class RecursiveLeastSquares:
     """y ≈ θ·x, with θ starting at `prior` and older observations fading by `forgetting`."""
 
     def __init__(
-        self, prior: Sequence[float], prior_weight: float | Sequence[float], forgetting: float
+        self,
+        prior: Sequence[float],
+        prior_weight: float | Sequence[float],
+        forgetting: float,
+        windup: float = 1.0,
     ) -> None:
         """`prior_weight`: the prior's information, for all coefficients or one each (a
         coefficient whose feature runs to large values needs a larger weight to hold as
-        firmly: a pseudo-observation at feature value s carries s squared)."""
+        firmly: a pseudo-observation at feature value s carries s squared). `windup`: how far
+        past its prior's uncertainty a direction traffic never excites may grow."""
         size = len(prior)
         self.theta: Vector = list(prior)
         weights = [prior_weight] * size if isinstance(prior_weight, float | int) else prior_weight
@@ -32,6 +36,7 @@ class RecursiveLeastSquares:
             [1.0 / weights[i] if i == j else 0.0 for j in range(size)] for i in range(size)
         ]
         self._weights = list(weights)
+        self._windup = windup
         self._forgetting = forgetting
         self.samples = 0
 
@@ -43,10 +48,9 @@ class RecursiveLeastSquares:
         # Forgetting inflates the uncertainty of directions traffic does not excite (a load
         # never seen); past the prior's uncertainty it would wind up and let one odd
         # observation swing the fit, so forgetting pauses there.
-        # (Each coefficient's uncertainty is measured against its prior's; a direction traffic
-        # never excites may grow to WINDUP times it, enough to learn it quickly once seen.)
+        # (Each coefficient's uncertainty is measured against its prior's.)
         trace = sum(self._p[i][i] * self._weights[i] for i in range(len(x)))
-        forgetting = self._forgetting if trace < WINDUP * len(x) else 1.0
+        forgetting = self._forgetting if trace < self._windup * len(x) else 1.0
         gain_denominator = forgetting / weight + dot(x, px)
         gain = [value / gain_denominator for value in px]
         error = y - dot(self.theta, x)

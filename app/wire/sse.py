@@ -57,9 +57,10 @@ async def sse_events(
             if run.finished and chunks:
                 # The last content chunk says who served the request, for clients without usage.
                 chunks[-1].specgate = route_info(run)
+            so_far = usage(run) if every_chunk and chunks else None
             for chunk in chunks:
-                if every_chunk:
-                    chunk.usage = usage(run)
+                if so_far is not None:
+                    chunk.usage = so_far
                 yield _event(chunk, include_usage)
         if include_usage:
             yield _event(shape.usage_chunk(run), include_usage)
