@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.admission import Admission
+from app.auto_tools import AutoToolChoice
 from app.engine.base import Engine
 from app.engine.capabilities import Refusal
 from app.engine.types import GenerationRequest, Prompt, Route, SamplingOptions, other_route
@@ -40,7 +41,6 @@ from app.routing.policy import (
 )
 from app.routing.shadow_drafter import NgramConfig
 from app.switching import MoveContext, Mover, not_movable
-from app.tool_calls import CallParsers
 
 logger = logging.getLogger("specgate.requests")
 
@@ -70,8 +70,8 @@ class Gateway:
     # The speculative engine's K: the longest draft length a client may ask for.
     max_draft_length: int | None = None
     in_flight: InFlight = field(default_factory=InFlight)
-    # Parsers for calls a model writes in its own format ("auto" tool choice), if enabled.
-    call_parsers: CallParsers | None = None
+    # How tool_choice "auto" is served; None: refused (--no-enable-auto-tool-choice).
+    auto_tools: AutoToolChoice | None = None
     # Stored responses of /v1/responses (previous_response_id, GET /v1/responses/{id}).
     responses: ResponseStore = field(default_factory=lambda: ResponseStore(1000))
     # Runs streaming now, with the output they are expected to produce in all.
@@ -83,7 +83,8 @@ class Gateway:
         options = self._bounded(spec)
         features = extract_features(
             spec.routing_text,
-            wants_json=options.json_schema is not None,
+            # Tool calls are JSON, whether constrained or written in the model's own format.
+            wants_json=options.json_schema is not None or bool(spec.tools),
             temperature=options.temperature,
             top_p=options.top_p,
             max_tokens=options.max_tokens,

@@ -14,6 +14,7 @@ from app.api.api_keys import ApiKeyGuard
 from app.api.body_guard import BodyGuard
 from app.api.exception_handlers import install_error_handlers
 from app.api.openapi_docs import install_openapi
+from app.auto_tools import AutoToolChoice, EnvelopeFormat, ModelFormat
 from app.engine.base import Engine
 from app.engine.route_view import shared_engine
 from app.engine.types import Route
@@ -25,7 +26,6 @@ from app.routing.learner import Learner
 from app.routing.policy import RoutePolicy, RoutingRules
 from app.routing.shadow_drafter import NgramConfig
 from app.settings import Settings
-from app.tool_calls import CallParsers
 
 logger = logging.getLogger("specgate")
 
@@ -70,7 +70,7 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         shadow=shadow_config(settings, engines),
         mid_stream=settings.routing_mid_stream == "on",
         max_draft_length=max_draft_length(settings),
-        call_parsers=call_parsers(settings, engines),
+        auto_tools=auto_tool_choice(settings, engines),
         max_tokens_default=settings.max_tokens_default,
         max_tokens_limit=settings.max_tokens_limit,
         max_stop_sequences=settings.max_stop_sequences,
@@ -79,15 +79,32 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
     )
 
 
-def call_parsers(settings: Settings, engines: Mapping[Route, Engine]) -> CallParsers | None:
-    """vLLM's tool-call parser for "auto", with an embedded engine's tokenizer if there is one."""
-    if not settings.enable_auto_tool_choice or settings.tool_call_parser is None:
+def auto_tool_choice(settings: Settings, engines: Mapping[Route, Engine]) -> AutoToolChoice | None:
+    """How `tool_choice: "auto"` is served; None when --no-enable-auto-tool-choice refuses it."""
+    if not settings.enable_auto_tool_choice:
         return None
-    # Imported only when asked for: it imports vLLM, which an all-remote gateway never loads.
-    from app.engine.tool_parser import AutoToolParsing
-
     tokenizers = (getattr(engine, "tokenizer", None) for engine in engines.values())
-    return AutoToolParsing(settings.tool_call_parser, next((t for t in tokenizers if t), None))
+    tokenizer = next((t for t in tokenizers if t is not None), None)
+    chosen: AutoToolChoice
+    if settings.tool_call_parser == "auto" and tokenizer is None:
+        # An all-remote gateway has no template at hand (and never loads vLLM).
+        chosen = EnvelopeFormat()
+    else:
+        # Imported only here: it imports vLLM.
+        from app.engine.tool_parser import AutoToolParsing, chat_template, parser_for_template
+
+        name: str | None = settings.tool_call_parser
+        why = "--tool-call-parser"
+        if name == "auto":
+            name = parser_for_template(chat_template(tokenizer))
+            why = "picked from the chat template"
+        chosen = (
+            EnvelopeFormat()
+            if name is None
+            else ModelFormat(AutoToolParsing(name, tokenizer), f"vLLM's {name} parser ({why})")
+        )
+    logger.info('tool_choice "auto": %s', chosen.description)
+    return chosen
 
 
 def max_draft_length(settings: Settings) -> int | None:

@@ -278,17 +278,19 @@ class Settings(BaseSettings):
         json_schema_extra=_cli("requests", "SECONDS"),
     )
 
-    # vLLM's flag of this name: tool_choice 'auto' (the default with tools) lets the model write
-    # calls in its own format, which --tool-call-parser reads.
+    # vLLM's flag of this name, on by default here: tool_choice "auto" (the default with tools)
+    # is what agents send on every turn. Off, "auto" is refused as vLLM's server refuses it.
     enable_auto_tool_choice: bool = Field(
-        False,
-        description="Serve tool_choice auto, read by --tool-call-parser, as vLLM does",
+        True,
+        description="Serve tool_choice auto (the default with tools)",
         json_schema_extra=_cli("requests"),
     )
-    tool_call_parser: str | None = Field(
-        None,
-        description="vLLM's tool-call parser of the model's format (hermes, llama3_json, ...)",
-        json_schema_extra=_cli("requests", "PARSER", unset="none"),
+    # auto: the parser of the format the chat template writes; a template with none gets
+    # specgate's own constrained format (app/auto_tools.py).
+    tool_call_parser: str = Field(
+        "auto",
+        description="vLLM's tool-call parser (hermes, llama3_json, ...), or auto",
+        json_schema_extra=_cli("requests", "PARSER"),
     )
     # Also for max_completion_tokens and max_output_tokens, within what the context leaves.
     max_tokens_default: int = Field(
@@ -488,8 +490,6 @@ class Settings(BaseSettings):
                 self.upstream_api_key(route)
             except OSError as exc:
                 raise ValueError(f"cannot read the {route} upstream key file: {exc}") from exc
-        if self.enable_auto_tool_choice and not self.tool_call_parser:
-            raise ValueError("--enable-auto-tool-choice needs --tool-call-parser NAME")
         from app.routing.classify import WorkloadClass
 
         known = {workload.value for workload in WorkloadClass}

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -31,11 +30,21 @@ ANY_OBJECT: dict[str, Any] = {"type": "object"}
 class Function:
     name: str
     parameters: dict[str, Any] = field(default_factory=lambda: dict(ANY_OBJECT))
+    description: str | None = None
 
     @classmethod
-    def declared(cls, name: str, parameters: dict[str, Any] | None) -> Function:
+    def declared(
+        cls, name: str, parameters: dict[str, Any] | None, description: str | None = None
+    ) -> Function:
         """A function as a request declares it; no parameters schema means any object."""
-        return cls(name, dict(ANY_OBJECT) if parameters is None else parameters)
+        return cls(name, dict(ANY_OBJECT) if parameters is None else parameters, description)
+
+    def declaration(self) -> dict[str, Any]:
+        """The function as OpenAI's `tools` list declares it."""
+        declared: dict[str, Any] = {"name": self.name}
+        if self.description:
+            declared["description"] = self.description
+        return {**declared, "parameters": self.parameters}
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,9 @@ class ToolCallMode:
     kind: Literal["named", "required"]
     functions: tuple[Function, ...]
     parallel: bool = True
+    # The key of a call item's arguments: vLLM's "parameters" for "required"; specgate's own
+    # format for models without one says "arguments", as most call formats do.
+    arguments_key: str = "parameters"
 
     def schema(self) -> dict[str, Any]:
         if self.kind == "named":
@@ -52,21 +64,23 @@ class ToolCallMode:
         calls: dict[str, Any] = {
             "type": "array",
             "minItems": 1,
-            "items": {"anyOf": [_call_schema(function) for function in self.functions]},
+            "items": {
+                "anyOf": [_call_schema(function, self.arguments_key) for function in self.functions]
+            },
         }
         if not self.parallel:
             calls["maxItems"] = 1
         return calls
 
 
-def _call_schema(function: Function) -> dict[str, Any]:
+def _call_schema(function: Function, arguments_key: str) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": {
             "name": {"type": "string", "enum": [function.name]},
-            "parameters": function.parameters,
+            arguments_key: function.parameters,
         },
-        "required": ["name", "parameters"],
+        "required": ["name", arguments_key],
         "additionalProperties": False,
     }
 
@@ -101,20 +115,11 @@ class CallParser(Protocol):
 
 
 class CallParsers(Protocol):
+    """vLLM's parser of one model's call format (app/engine/tool_parser.py)."""
+
     def new(self, tools: list[dict[str, Any]]) -> CallParser:
         """A parser for one choice of one request."""
         ...
-
-
-def auto_call_parser(
-    parsers: CallParsers | None, choice: object, tools: tuple[dict[str, Any], ...] | None
-) -> Callable[[], CallParser] | None:
-    """For "auto" with a parser: a new parser per choice (or stream), over the request's
-    tools; None otherwise."""
-    if parsers is None or choice != "auto" or not tools:
-        return None
-    listed = list(tools)
-    return lambda: parsers.new(listed)
 
 
 def tool_call_mode(
@@ -124,22 +129,19 @@ def tool_call_mode(
     named: str | None = None,
     parallel: bool = True,
     field: str = "tool_choice",
-    parser: bool = False,
+    auto_served: bool = False,
 ) -> ToolCallMode | None:
-    """The constraint for a tool choice ("none", "auto", "required", or a `named` function);
-    None for free text (and for "auto" when a `parser` reads the calls from the text).
-    `field` names the request field in errors."""
+    """The constraint for a tool choice ("none", "required", or a `named` function); None for
+    free text and for "auto" when it is served (app/auto_tools.py). `field` names the request
+    field in errors."""
     if named is not None:
         return ToolCallMode("named", tuple(f for f in functions if f.name == named))
-    if choice is None or choice == "none" or not functions or (choice == "auto" and parser):
+    if choice is None or choice == "none" or not functions or (choice == "auto" and auto_served):
         return None
     if choice == "auto":
-        # As vLLM's server: choosing between text and a call needs the model's own format.
         raise InvalidRequestError(
-            f'"auto" {field} needs a model that writes tool calls in a format of its own, '
-            "and a parser for it: start specgate with --enable-auto-tool-choice "
-            '--tool-call-parser NAME, or send "required" or name a function, which this '
-            "server constrains to valid calls",
+            f'"auto" {field} is turned off on this server (--no-enable-auto-tool-choice): '
+            'send "required" or name a function, which this server constrains to valid calls',
             param=field,
         )
     return ToolCallMode("required", functions, parallel)
@@ -154,7 +156,7 @@ def parse_calls(mode: ToolCallMode, text: str) -> list[ToolCall]:
     if mode.kind == "named":
         return [ToolCall(new_call_id(), mode.functions[0].name, text.strip())]
     return [
-        ToolCall(new_call_id(), item["name"], json.dumps(item["parameters"]))
+        ToolCall(new_call_id(), item["name"], json.dumps(item[mode.arguments_key]))
         for item in _complete_items(text)
     ]
 
@@ -215,7 +217,7 @@ class ToolCallStream:
         deltas = []
         for item in self._items.feed(text):
             call = json.loads(item)
-            arguments = json.dumps(call["parameters"])
+            arguments = json.dumps(call[self.mode.arguments_key])
             deltas.append(ToolCallDelta(self.calls, arguments, new_call_id(), call["name"]))
             self.calls += 1
         return deltas

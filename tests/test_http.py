@@ -189,8 +189,6 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
         (chat_body(messages=[{"role": "wizard", "content": "hi"}]), "messages[0].role"),
         (chat_body(stop=[f"s{i}" for i in range(17)]), "stop"),  # over --max-stop-sequences
         (chat_body(stream_options={"include_usage": True}), None),
-        # "auto", the default with tools, needs a tool-call parser (tests/test_tool_calls.py).
-        (chat_body(tools=[{"type": "function", "function": {"name": "f"}}]), "tool_choice"),
         (chat_body(tool_choice="required"), "tool_choice"),
         (chat_body(function_call={"name": "f"}), "function_call"),
         ({"messages": [{"role": "user", "content": "hi"}]}, "model"),

@@ -148,7 +148,6 @@ async def test_stored_responses_chain_and_are_bounded(site: Site) -> None:
         ({"background": True}, "background"),
         ({"conversation": "conv_1"}, "conversation"),
         ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
-        ({"tools": [WEATHER]}, "tool_choice"),  # auto by default: needs a parser here
         ({"tool_choice": "required"}, "tool_choice"),
         ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
     ],

@@ -180,9 +180,6 @@ async def test_tool_turns_reach_the_chat_template(site: Site) -> None:
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
-        ({"tools": [WEATHER]}, "tool_choice"),  # "auto" by default: needs a parser
-        ({"tools": [WEATHER], "tool_choice": "auto"}, "tool_choice"),
-        ({"functions": [WEATHER["function"]]}, "function_call"),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"tools": [WEATHER], "tool_choice": named("get_time")}, "tool_choice"),
         ({"tools": [WEATHER, WEATHER], "tool_choice": "required"}, "tools"),
@@ -235,6 +232,8 @@ async def test_auto_reads_calls_in_the_models_own_format(auto_site: Site) -> Non
     assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
     # Not constrained: the model chose to call.
     assert auto_site.requests()[0].options.json_schema is None
+    # Routed as structured output all the same.
+    assert response.headers["x-specgate-class"] in ("structured", "fresh-json")
     chunks = await streamed(auto_site.client, body)
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
     assert "".join(d.get("content") or "" for d in deltas) == "Let me check. "
@@ -256,10 +255,8 @@ async def test_auto_without_a_call_is_text(auto_site: Site) -> None:
     assert text == "It is sunny." and chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
-async def test_auto_tool_choice_needs_a_known_parser() -> None:
-    with pytest.raises(ValueError, match="--tool-call-parser"):
-        Settings(enable_auto_tool_choice=True)
-    settings = Settings(enable_auto_tool_choice=True, tool_call_parser="nope")
+async def test_a_named_parser_must_be_one_of_vllms() -> None:
+    settings = Settings(tool_call_parser="nope")
     engines = {route: FakeEngine(route) for route in ("speculative", "plain")}
     app = create_app(settings, engines)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="not one of vLLM's"):

@@ -10,12 +10,13 @@ from fastapi.responses import Response
 from app.api.openapi_docs import GENERATION_RESPONSES
 from app.api.respond import respond
 from app.api.sampling import sampling_options
+from app.auto_tools import AutoToolChoice, AutoTurn
 from app.deps import GatewayDep, MoveAfterHeader, SpeculativeHeader
 from app.engine.types import ChatMessage
 from app.errors import InvalidRequestError
 from app.request_spec import RequestSpec
 from app.schemas.chat import ChatCompletion, ChatCompletionRequest, ChatMessageIn, FunctionName
-from app.tool_calls import Function, ToolCallMode, auto_call_parser, tool_call_mode
+from app.tool_calls import Function, ToolCallMode, tool_call_mode
 from app.wire.chat import ChatShape
 
 router = APIRouter()
@@ -39,8 +40,10 @@ async def create_chat_completion(
     x_specgate_move_after: MoveAfterHeader = None,
 ) -> Response:
     """Create a chat completion, streamed over SSE when `stream` is true."""
-    mode = chat_tool_mode(body, parser=gateway.call_parsers is not None)
-    spec = chat_spec(body, mode, x_speculative, x_specgate_move_after)
+    mode = chat_tool_mode(body, auto_served=gateway.auto_tools is not None)
+    messages = [template_message(message) for message in body.messages]
+    turn = chat_auto_turn(body, gateway.auto_tools, messages)
+    spec = chat_spec(body, messages, mode, turn, x_speculative, x_specgate_move_after)
     return await respond(
         await gateway.open(spec),
         request,
@@ -48,9 +51,7 @@ async def create_chat_completion(
             gateway.model_id,
             mode,
             legacy_functions=body.legacy_functions,
-            call_parser=auto_call_parser(
-                gateway.call_parsers, body.effective_tool_choice(), spec.tools
-            ),
+            call_parser=turn.parser if turn is not None else None,
         ),
         stream=body.stream,
         stream_options=body.stream_options,
@@ -60,24 +61,26 @@ async def create_chat_completion(
 
 def chat_spec(
     body: ChatCompletionRequest,
+    messages: list[ChatMessage],
     mode: ToolCallMode | None,
+    turn: AutoTurn | None,
     route_header: str | None,
     move_after: int | None,
 ) -> RequestSpec:
-    messages = [template_message(message) for message in body.messages]
     json_schema = body.json_schema()
-    if mode is not None:
+    constraint = mode.schema() if mode is not None else turn.json_schema if turn else None
+    if constraint is not None:
         if json_schema is not None:
             raise InvalidRequestError(
-                "response_format cannot be combined with a required or named tool call",
+                "response_format cannot be combined with a tool call this server constrains "
+                "(required, named, or auto on a model without a call format of its own)",
                 param="response_format",
             )
-        json_schema = mode.schema()
+        json_schema = constraint
+    if turn is not None:
+        messages = turn.messages
     options = sampling_options(body, body.token_limit(), json_schema, body.logprob_count())
-    tools = tuple(
-        {"type": "function", "function": function.model_dump(exclude_none=True)}
-        for function in body.tool_definitions()
-    )
+    tools = chat_tools(body) if turn is None or turn.template_tools else ()
     return RequestSpec(
         endpoint="chat",
         model=body.model,
@@ -91,20 +94,45 @@ def chat_spec(
     )
 
 
-def chat_tool_mode(body: ChatCompletionRequest, parser: bool = False) -> ToolCallMode | None:
-    """The constraint for a required or named tool call; None for free text."""
-    choice = body.effective_tool_choice()
-    functions = tuple(
-        Function.declared(tool.name, tool.parameters) for tool in body.tool_definitions()
+def chat_tools(body: ChatCompletionRequest) -> tuple[dict[str, Any], ...]:
+    """The request's functions as OpenAI's `tools` list, for the chat template."""
+    return tuple(
+        {"type": "function", "function": function.model_dump(exclude_none=True)}
+        for function in body.tool_definitions()
     )
+
+
+def chat_functions(body: ChatCompletionRequest) -> tuple[Function, ...]:
+    return tuple(
+        Function.declared(tool.name, tool.parameters, tool.description)
+        for tool in body.tool_definitions()
+    )
+
+
+def parallel_calls(body: ChatCompletionRequest) -> bool:
+    # The legacy API makes one call at a time.
+    return body.parallel_tool_calls is not False and not body.legacy_functions
+
+
+def chat_auto_turn(
+    body: ChatCompletionRequest, auto: AutoToolChoice | None, messages: list[ChatMessage]
+) -> AutoTurn | None:
+    """How "auto" is served for this request; None without tools or another choice."""
+    if auto is None or body.effective_tool_choice() != "auto" or not body.tool_definitions():
+        return None
+    return auto.turn(messages, chat_functions(body), chat_tools(body), parallel_calls(body))
+
+
+def chat_tool_mode(body: ChatCompletionRequest, auto_served: bool = False) -> ToolCallMode | None:
+    """The constraint for a required or named tool call; None for free text and "auto"."""
+    choice = body.effective_tool_choice()
     return tool_call_mode(
         None if isinstance(choice, FunctionName) else choice,
-        functions,
+        chat_functions(body),
         named=choice.name if isinstance(choice, FunctionName) else None,
-        # The legacy API makes one call at a time.
-        parallel=body.parallel_tool_calls is not False and not body.legacy_functions,
+        parallel=parallel_calls(body),
         field="function_call" if body.legacy_functions else "tool_choice",
-        parser=parser,
+        auto_served=auto_served,
     )
 
 

@@ -9,6 +9,7 @@ from fastapi.responses import Response
 
 from app.api.openapi_docs import ERRORS, GENERATION_RESPONSES
 from app.api.respond import respond
+from app.auto_tools import AutoToolChoice, AutoTurn
 from app.deps import GatewayDep, MoveAfterHeader, SpeculativeHeader
 from app.engine.types import ChatMessage, SamplingOptions
 from app.errors import NotFoundError
@@ -23,7 +24,7 @@ from app.schemas.responses import (
     ResponseRequest,
     ToolChoiceFunction,
 )
-from app.tool_calls import Function, ToolCallMode, auto_call_parser, tool_call_mode
+from app.tool_calls import Function, ToolCallMode, tool_call_mode
 from app.wire.responses import ResponsesShape
 
 router = APIRouter()
@@ -45,13 +46,11 @@ async def create_response(
     """Create a response, streamed as typed SSE events when `stream` is true."""
     history = previous_turns(gateway, body.previous_response_id)
     turns = [*history, *input_turns(body)]
-    parsers = gateway.call_parsers
-    mode = responses_tool_mode(body, parser=parsers is not None)
-    spec = response_spec(body, turns, mode, x_speculative, x_specgate_move_after)
+    mode = responses_tool_mode(body, auto_served=gateway.auto_tools is not None)
+    turn = responses_auto_turn(body, gateway.auto_tools, turns)
+    spec = response_spec(body, turns, mode, turn, x_speculative, x_specgate_move_after)
     run = await gateway.open(spec)
-    # No tool_choice with tools means "auto", as on chat.
-    choice = body.tool_choice if body.tool_choice is not None else "auto"
-    call_parser = auto_call_parser(parsers, choice, spec.tools)
+    call_parser = turn.parser if turn is not None else None
 
     def store(response: ResponseObject) -> None:
         if body.store:
@@ -134,19 +133,46 @@ def output_turns(response: ResponseObject) -> list[ChatMessage]:
     return [turn]
 
 
-def responses_tool_mode(body: ResponseRequest, parser: bool = False) -> ToolCallMode | None:
-    functions = tuple(
-        Function.declared(tool.name, tool.parameters) for tool in body.function_tools()
+def response_functions(body: ResponseRequest) -> tuple[Function, ...]:
+    return tuple(
+        Function.declared(tool.name, tool.parameters, tool.description)
+        for tool in body.function_tools()
     )
-    choice = body.tool_choice
-    if choice is None and functions:
-        choice = "auto"
+
+
+def response_tools(body: ResponseRequest) -> tuple[dict[str, Any], ...]:
+    """The function tools in chat's `tools` shape, for the chat template."""
+    return tuple(
+        {"type": "function", "function": tool.model_dump(exclude_none=True, exclude={"type"})}
+        for tool in body.function_tools()
+    )
+
+
+def responses_choice(body: ResponseRequest) -> str | ToolChoiceFunction | None:
+    # No tool_choice with tools means "auto", as on chat.
+    if body.tool_choice is None and body.function_tools():
+        return "auto"
+    return body.tool_choice
+
+
+def responses_auto_turn(
+    body: ResponseRequest, auto: AutoToolChoice | None, turns: list[ChatMessage]
+) -> AutoTurn | None:
+    """How "auto" is served for this request; None without tools or another choice."""
+    if auto is None or responses_choice(body) != "auto" or not body.function_tools():
+        return None
+    parallel = body.parallel_tool_calls is not False
+    return auto.turn(turns, response_functions(body), response_tools(body), parallel)
+
+
+def responses_tool_mode(body: ResponseRequest, auto_served: bool = False) -> ToolCallMode | None:
+    choice = responses_choice(body)
     return tool_call_mode(
         None if isinstance(choice, ToolChoiceFunction) else choice,
-        functions,
+        response_functions(body),
         named=choice.name if isinstance(choice, ToolChoiceFunction) else None,
         parallel=body.parallel_tool_calls is not False,
-        parser=parser,
+        auto_served=auto_served,
     )
 
 
@@ -154,12 +180,16 @@ def response_spec(
     body: ResponseRequest,
     turns: list[ChatMessage],
     mode: ToolCallMode | None,
+    turn: AutoTurn | None,
     route_header: str | None,
     move_after: int | None,
 ) -> RequestSpec:
     json_schema = body.json_schema()
-    if mode is not None:
-        json_schema = mode.schema()
+    constraint = mode.schema() if mode is not None else turn.json_schema if turn else None
+    if constraint is not None:
+        json_schema = constraint
+    if turn is not None:
+        turns = turn.messages
     temperature = body.temperature
     if body.top_p == 0:
         temperature = 0.0  # only the likeliest token: greedy
@@ -170,10 +200,7 @@ def response_spec(
         seed=body.seed,
         json_schema=json_schema,
     )
-    tools = tuple(
-        {"type": "function", "function": tool.model_dump(exclude_none=True, exclude={"type"})}
-        for tool in body.function_tools()
-    )
+    tools = response_tools(body) if turn is None or turn.template_tools else ()
     return RequestSpec(
         endpoint="responses",
         model=body.model,

@@ -3,8 +3,8 @@
 A model that chooses between text and a call writes the call in its own format (hermes:
 `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`); vLLM has a parser per format.
 specgate runs vLLM's parser over the text either route produced, whole or streamed, and
-hands back text and calls in its own types. Enabled as on vLLM's server, with
-`--enable-auto-tool-choice --tool-call-parser NAME`.
+hands back text and calls in its own types. `--tool-call-parser auto` (the default) picks the
+parser from what the chat template writes; `--tool-call-parser NAME` names one, as on vLLM.
 """
 
 from __future__ import annotations
@@ -20,6 +20,42 @@ from app.tool_calls import ToolCall, ToolCallDelta, new_call_id
 
 def parser_names() -> list[str]:
     return sorted(ToolParserManager.list_registered())
+
+
+# What a chat template writes around a call, and vLLM's parser of that format; the first
+# marker found wins, so the more specific come first (Qwen3-Coder's XML calls sit inside
+# hermes' <tool_call> tags).
+TEMPLATE_MARKERS: tuple[tuple[str, str], ...] = (
+    ("<function=", "qwen3_coder"),
+    ("<tool_call>", "hermes"),
+    ("[TOOL_CALLS]", "mistral"),
+    ("<|python_tag|>", "llama3_json"),
+    ("respond with a JSON for a function call", "llama3_json"),
+    ("<\uff5ctool\u2581calls\u2581begin\uff5c>", "deepseek_v3"),  # DeepSeek-V3's own bars
+    ("<tool_calls>", "jamba"),
+    ("<|tool_call|>", "granite"),
+    ("functools[", "phi4_mini_json"),
+    ("<|action_start|><|plugin|>", "internlm"),
+)
+
+
+def parser_for_template(template: str | None) -> str | None:
+    """vLLM's parser for the call format a chat template writes; None if it shows none."""
+    if not template:
+        return None
+    known = set(parser_names())
+    for marker, parser in TEMPLATE_MARKERS:
+        if marker in template and parser in known:
+            return parser
+    return None
+
+
+def chat_template(tokenizer: Any) -> str | None:
+    """The tokenizer's chat template text (transformers keeps several as a dict)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        return "\n".join(str(text) for text in template.values())
+    return template if isinstance(template, str) else None
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,8 @@ class ChatShape:
                 return ChatChoice(
                     index=index, message=message, logprobs=logprobs, finish_reason=reason
                 )
+            # No call: the text as the format holds it (specgate's envelope unwraps it).
+            text = content if content is not None else text
         return ChatChoice(
             index=index,
             message=self._message(text),

@@ -1,0 +1,88 @@
+"""`tool_choice: "auto"`: how the served model chooses between text and calls.
+
+Decided once, at start (app/main.py), from the chat template:
+
+- the template shows a call format vLLM has a parser for (hermes `<tool_call>`, Llama 3
+  JSON, Mistral `[TOOL_CALLS]`, ...): the model writes calls its own way, the template renders
+  the tools, and that parser reads the calls (`ModelFormat`);
+- it shows none (the embedded model): specgate's own envelope, constrained
+  (`EnvelopeFormat`, app/tool_envelope.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from app.engine.types import ChatMessage
+from app.tool_calls import CallParser, CallParsers, Function
+from app.tool_envelope import EnvelopeParser, answers_tool_results, described, envelope_schema
+
+
+@dataclass(frozen=True)
+class AutoTurn:
+    """One request's "auto": what the model is shown, how it is constrained, how it is read."""
+
+    messages: list[ChatMessage]
+    json_schema: dict[str, Any] | None
+    # A new reader per choice; None: the answer is plain text.
+    parser: Callable[[], CallParser] | None
+    # The chat template renders the tools (the model's own format shows them its own way).
+    template_tools: bool
+
+
+class AutoToolChoice(Protocol):
+    @property
+    def description(self) -> str:
+        """For the start-up log: which format, and why."""
+        ...
+
+    def turn(
+        self,
+        messages: list[ChatMessage],
+        functions: tuple[Function, ...],
+        tools: tuple[dict[str, Any], ...],
+        parallel: bool,
+    ) -> AutoTurn: ...
+
+
+@dataclass(frozen=True)
+class ModelFormat:
+    """The model writes calls in its own format; vLLM's parser for it reads them."""
+
+    parsers: CallParsers
+    description: str
+
+    def turn(
+        self,
+        messages: list[ChatMessage],
+        functions: tuple[Function, ...],
+        tools: tuple[dict[str, Any], ...],
+        parallel: bool,
+    ) -> AutoTurn:
+        listed = list(tools)
+        return AutoTurn(messages, None, lambda: self.parsers.new(listed), template_tools=True)
+
+
+@dataclass(frozen=True)
+class EnvelopeFormat:
+    """specgate's own format for a model with none: text or calls in a constrained envelope."""
+
+    description: str = (
+        "the chat template shows no call format vLLM parses: specgate's own "
+        '{"tool_calls": [...]} or {"content": ...} envelope, constrained'
+    )
+
+    def turn(
+        self,
+        messages: list[ChatMessage],
+        functions: tuple[Function, ...],
+        tools: tuple[dict[str, Any], ...],
+        parallel: bool,
+    ) -> AutoTurn:
+        shown = described(messages, functions)
+        if answers_tool_results(messages):
+            return AutoTurn(shown, None, None, template_tools=False)
+        schema = envelope_schema(functions, parallel)
+        return AutoTurn(shown, schema, EnvelopeParser, template_tools=False)

@@ -1,0 +1,183 @@
+"""tool_choice "auto" without a parser named: the template's own format picked, or specgate's
+constrained envelope for a model with none (the fake engines have no template)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from app.auto_tools import EnvelopeFormat, ModelFormat
+from app.engine.fake import FakeEngine
+from app.engine.tool_parser import parser_for_template
+from app.main import auto_tool_choice
+from app.settings import Settings
+from app.tool_calls import Function
+from app.tool_envelope import EnvelopeParser, envelope_schema
+from tests.scripted_site import ScriptedSite as Site
+from tests.scripted_site import scripted_site
+from tests.test_tool_calls import CHAT, TIME, WEATHER, chat, streamed
+
+CALL = ['{"tool_', 'calls": [{"name": "get_weather", ', '"arguments": {"city": "Par', 'is"}}]}']
+ANSWER = ['{\n  "con', 'tent": "It is \\"sun', 'ny\\" \\u00e0 Par', "is\\n\\ud83d", '\\ude00"}']
+ANSWER_TEXT = 'It is "sunny" à Paris\n😀'
+SETTINGS = Settings(routing_exploration=0)
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[Site]:
+    async with scripted_site(CALL, SETTINGS) as site:
+        yield site
+
+
+async def test_a_call_in_the_envelope_is_a_tool_call_whole_and_streamed(site: Site) -> None:
+    body = chat(tools=[WEATHER, TIME])  # tool_choice left at its default
+    choice = (await site.client.post(CHAT, json=body)).json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    (request,) = site.requests()
+    # Constrained to the envelope; the tools are described to the model, not templated.
+    assert request.options.json_schema == envelope_schema(
+        (Function.declared("get_weather", WEATHER["function"]["parameters"]), Function("get_time")),  # type: ignore[index]
+        parallel=True,
+    )
+    assert request.tools is None
+    system = request.prompt[0]
+    assert system["role"] == "system" and '"name": "get_weather"' in system["content"]
+    assert "The weather in a city." in system["content"]
+    chunks = await streamed(site.client, body)
+    pieces = [
+        c for ch in chunks if ch["choices"] for c in ch["choices"][0]["delta"].get("tool_calls", [])
+    ]
+    assert [p["function"].get("name") for p in pieces] == ["get_weather"]
+    assert json.loads(pieces[0]["function"]["arguments"]) == {"city": "Paris"}
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    # Routed and learned as structured output.
+    response = await site.client.post(CHAT, json=body)
+    assert response.headers["x-specgate-class"] in ("structured", "fresh-json")
+
+
+async def test_text_in_the_envelope_is_the_answer_whole_and_streamed(site: Site) -> None:
+    site.output = ANSWER
+    body = chat(tools=[WEATHER], tool_choice="auto")
+    choice = (await site.client.post(CHAT, json=body)).json()["choices"][0]
+    assert choice["message"]["content"] == ANSWER_TEXT and choice["finish_reason"] == "stop"
+    assert "tool_calls" not in choice["message"]
+    chunks = await streamed(site.client, body)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == ANSWER_TEXT and chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_the_turn_after_tool_results_is_free_text_and_sees_the_call(site: Site) -> None:
+    site.output = ["It is ", "sunny."]
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}  # fmt: skip
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 C"},
+    ]
+    choice = (await site.client.post(CHAT, json=chat(messages=messages, tools=[WEATHER]))).json()
+    assert choice["choices"][0]["message"]["content"] == "It is sunny."
+    (request,) = site.requests()
+    assert request.options.json_schema is None
+    system, _, shown, result = request.prompt
+    assert system["content"].startswith("Be brief.\n\nYou can call these functions:")
+    assert json.loads(shown["content"]) == {
+        "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]
+    }
+    assert result == {"role": "tool", "content": "Sunny, 21 C", "tool_call_id": "call_1"}
+
+
+async def test_one_call_when_parallel_calls_are_off(site: Site) -> None:
+    await site.client.post(CHAT, json=chat(tools=[WEATHER], parallel_tool_calls=False))
+    schema = site.requests()[0].options.json_schema
+    assert schema is not None and schema["anyOf"][0]["properties"]["tool_calls"]["maxItems"] == 1
+
+
+async def test_a_response_format_beside_the_envelope_is_refused_by_name(site: Site) -> None:
+    body = chat(tools=[WEATHER], response_format={"type": "json_object"})
+    response = await site.client.post(CHAT, json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "response_format"
+
+
+async def test_auto_turned_off_is_refused_as_vllm_refuses_it() -> None:
+    settings = Settings(routing_exploration=0, enable_auto_tool_choice=False)
+    async with scripted_site(CALL, settings) as site:
+        response = await site.client.post(CHAT, json=chat(tools=[WEATHER]))
+        assert response.status_code == 400
+        error = response.json()["error"]
+        assert error["param"] == "tool_choice" and "enable-auto-tool-choice" in error["message"]
+        response = await site.client.post(CHAT, json=chat(functions=[WEATHER["function"]]))
+        assert response.json()["error"]["param"] == "function_call"
+
+
+async def test_the_responses_api_serves_auto_with_the_envelope(site: Site) -> None:
+    tool = {"type": "function", **WEATHER["function"]}  # type: ignore[dict-item]
+    body = {"model": chat()["model"], "input": "Weather in Paris?", "tools": [tool]}
+    output = (await site.client.post("/v1/responses", json=body)).json()["output"]
+    assert [(item["type"], item["name"]) for item in output] == [("function_call", "get_weather")]
+    site.output = ANSWER
+    output = (await site.client.post("/v1/responses", json=body)).json()["output"]
+    assert output[0]["content"][0]["text"] == ANSWER_TEXT
+
+
+@pytest.mark.parametrize(
+    ("template", "parser"),
+    [
+        # What each family's template writes around a call (abridged).
+        ("{{- '<tool_call>\\n' + tool_call | tojson + '\\n</tool_call>' }}", "hermes"),
+        ("<tool_call>\n<function={{ tool_call.name }}>", "qwen3_coder"),
+        ("{{- '[TOOL_CALLS] [' }}", "mistral"),
+        ("{{- '<|python_tag|>' + tool_call.name }}", "llama3_json"),
+        (
+            "Given the following functions, please respond with a JSON for a function call",
+            "llama3_json",
+        ),
+        ("{{'<|im_start|>' + message['role'] + '\\n' + message['content']}}", None),
+        (None, None),
+    ],
+)
+def test_the_parser_is_picked_from_what_the_template_writes(
+    template: str | None, parser: str | None
+) -> None:
+    assert parser_for_template(template) == parser
+
+
+class _TemplatedEngine(FakeEngine):
+    def __init__(self, route: Any, template: str) -> None:
+        super().__init__(route)
+        self.tokenizer = SimpleNamespace(chat_template=template, get_vocab=dict)
+
+
+def test_the_start_picks_and_logs_the_format(caplog: pytest.LogCaptureFixture) -> None:
+    hermes = "{{ '<tool_call>' }}"
+    engines = {route: _TemplatedEngine(route, hermes) for route in ("speculative", "plain")}
+    with caplog.at_level(logging.INFO, logger="specgate"):
+        chosen = auto_tool_choice(Settings(), engines)  # type: ignore[arg-type]
+    assert isinstance(chosen, ModelFormat)
+    assert "vLLM's hermes parser (picked from the chat template)" in caplog.text
+    plain = {route: _TemplatedEngine(route, "{{ messages }}") for route in ("speculative",)}
+    assert isinstance(auto_tool_choice(Settings(), plain), EnvelopeFormat)  # type: ignore[arg-type]
+    named = auto_tool_choice(Settings(tool_call_parser="llama3_json"), plain)  # type: ignore[arg-type]
+    assert isinstance(named, ModelFormat) and "llama3_json" in named.description
+
+
+def test_a_cut_off_envelope_keeps_what_it_has() -> None:
+    parser = EnvelopeParser()
+    assert parser.parse('{"content": "Half an ans') == ("Half an ans", [])
+    text = '{"tool_calls": [{"name": "a", "arguments": {}}, {"name": "b", "argu'
+    content, calls = EnvelopeParser().parse(text)
+    assert content is None and [call.name for call in calls] == ["a"]
+    # Streamed one character at a time, escapes and surrogate pairs included.
+    parser = EnvelopeParser()
+    whole = "".join(parser.feed(char)[0] or "" for char in "".join(ANSWER))
+    assert whole == ANSWER_TEXT
