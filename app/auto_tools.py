@@ -82,7 +82,5 @@ class EnvelopeFormat:
         parallel: bool,
     ) -> AutoTurn:
         shown = described(messages, functions)
-        if answers_tool_results(messages):
-            return AutoTurn(shown, None, None, template_tools=False)
-        schema = envelope_schema(functions, parallel)
+        schema = envelope_schema(functions, parallel, calls=not answers_tool_results(messages))
         return AutoTurn(shown, schema, EnvelopeParser, template_tools=False)

@@ -12,9 +12,10 @@ model in the same envelope, and structured outputs constrain the answer to one o
 shapes, each call under its function's parameters schema. So the choice between text and a
 call is one the model makes on a key, and the arguments always validate.
 
-A turn that answers tool results is left unconstrained text: a model without a format of its
-own, asked to choose again, calls again (the embedded model does, every time), which would put
-an agent in a loop. Such a model makes one round of calls per user turn.
+A turn that answers tool results may only hold content: a model without a format of its own,
+asked to choose again, calls again (the embedded model does, every time), which would put an
+agent in a loop; left free, it writes the envelope's calls as text. Such a model makes one
+round of calls per user turn.
 """
 
 from __future__ import annotations
@@ -41,15 +42,16 @@ INSTRUCTIONS = (
 _CONTENT_START = '"content"'
 
 
-def envelope_schema(functions: tuple[Function, ...], parallel: bool) -> dict[str, Any]:
-    """Either calls to these functions (at most one unless parallel) or text content."""
-    calls = ToolCallMode("required", functions, parallel, arguments_key="arguments").schema()
-    return {
-        "anyOf": [
-            _object_with("tool_calls", calls),
-            _object_with("content", {"type": "string"}),
-        ]
-    }
+def envelope_schema(
+    functions: tuple[Function, ...], parallel: bool, calls: bool = True
+) -> dict[str, Any]:
+    """Either calls to these functions (at most one unless parallel) or text content; only
+    text content without `calls`."""
+    content = _object_with("content", {"type": "string"})
+    if not calls:
+        return content
+    items = ToolCallMode("required", functions, parallel, arguments_key="arguments").schema()
+    return {"anyOf": [_object_with("tool_calls", items), content]}
 
 
 def _object_with(key: str, schema: dict[str, Any]) -> dict[str, Any]:

@@ -74,8 +74,8 @@ async def test_text_in_the_envelope_is_the_answer_whole_and_streamed(site: Site)
     assert text == ANSWER_TEXT and chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
-async def test_the_turn_after_tool_results_is_free_text_and_sees_the_call(site: Site) -> None:
-    site.output = ["It is ", "sunny."]
+async def test_the_turn_after_tool_results_is_text_and_sees_the_call(site: Site) -> None:
+    site.output = ['{"content": "It is ', 'sunny."}']
     call = {"id": "call_1", "type": "function",
             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}  # fmt: skip
     messages = [
@@ -87,7 +87,9 @@ async def test_the_turn_after_tool_results_is_free_text_and_sees_the_call(site: 
     choice = (await site.client.post(CHAT, json=chat(messages=messages, tools=[WEATHER]))).json()
     assert choice["choices"][0]["message"]["content"] == "It is sunny."
     (request,) = site.requests()
-    assert request.options.json_schema is None
+    # Only content: asked to choose again, a model without a call format calls again.
+    schema = request.options.json_schema
+    assert schema is not None and list(schema["properties"]) == ["content"]
     system, _, shown, result = request.prompt
     assert system["content"].startswith("Be brief.\n\nYou can call these functions:")
     assert json.loads(shown["content"]) == {

@@ -260,13 +260,6 @@ def test_chat_message_forms(server: ServerProcess) -> None:
     stream(server, CHAT, chat(messages=messages))
 
 
-def test_auto_tool_choice_without_a_parser_is_refused_by_name(server: ServerProcess) -> None:
-    # "auto" is the default with tools; as vLLM's server without a tool-call parser.
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
-    error = refused(server, CHAT, chat(tools=tools))
-    assert error["param"] == "tool_choice" and "parser" in error["message"]
-
-
 @pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
 def test_context_overflow_names_both_numbers(server: ServerProcess, path: str) -> None:
     body = chat(max_tokens=9000) if path == CHAT else completion(max_tokens=9000)
