@@ -13,6 +13,7 @@ from app.admission import Admission
 from app.auto_tools import AutoToolChoice
 from app.engine.base import Engine
 from app.engine.capabilities import Refusal
+from app.engine.tokenizing import TokenizerService
 from app.engine.types import GenerationRequest, Prompt, Route, SamplingOptions, other_route
 from app.errors import (
     EngineUnavailableError,
@@ -72,6 +73,8 @@ class Gateway:
     in_flight: InFlight = field(default_factory=InFlight)
     # How tool_choice "auto" is served; None: refused (--no-enable-auto-tool-choice).
     auto_tools: AutoToolChoice | None = None
+    # The served model's tokenizer, for /tokenize and its kin; None: no engine has one.
+    tokenizer: TokenizerService | None = None
     # Stored responses of /v1/responses (previous_response_id, GET /v1/responses/{id}).
     responses: ResponseStore = field(default_factory=lambda: ResponseStore(1000))
     # Runs streaming now, with the output they are expected to produce in all.

@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import FastAPI
 
 from app.admission import Admission
-from app.api import chat, completions, models, monitoring, responses, routing_state
+from app.api import chat, completions, models, monitoring, responses, routing_state, tokenize
 from app.api.api_keys import ApiKeyGuard
 from app.api.body_guard import BodyGuard
 from app.api.exception_handlers import install_error_handlers
@@ -17,6 +17,7 @@ from app.api.openapi_docs import install_openapi
 from app.auto_tools import AutoToolChoice, EnvelopeFormat, ModelFormat
 from app.engine.base import Engine
 from app.engine.route_view import shared_engine
+from app.engine.tokenizing import LocalTokenizer, RemoteTokenizer, TokenizerService
 from app.engine.types import Route
 from app.gateway import Gateway
 from app.metrics import GatewayMetrics
@@ -71,12 +72,26 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         mid_stream=settings.routing_mid_stream == "on",
         max_draft_length=max_draft_length(settings),
         auto_tools=auto_tool_choice(settings, engines),
+        tokenizer=tokenizer_service(engines),
         max_tokens_default=settings.max_tokens_default,
         max_tokens_limit=settings.max_tokens_limit,
         max_stop_sequences=settings.max_stop_sequences,
         max_sequences_per_request=settings.max_sequences_per_request,
         responses=ResponseStore(settings.responses_store_size),
     )
+
+
+def tokenizer_service(engines: Mapping[Route, Engine]) -> TokenizerService | None:
+    """The served model's tokenizer: an embedded engine's own, or a remote route's upstreams."""
+    for engine in engines.values():
+        tokenizer = getattr(engine, "tokenizer", None)
+        if tokenizer is not None:
+            return LocalTokenizer(tokenizer, int(getattr(engine, "max_model_len", 0)))
+    for engine in engines.values():
+        forward = getattr(engine, "forward", None)
+        if forward is not None:
+            return RemoteTokenizer(engine)  # type: ignore[arg-type]
+    return None
 
 
 def auto_tool_choice(settings: Settings, engines: Mapping[Route, Engine]) -> AutoToolChoice | None:
@@ -174,6 +189,6 @@ def create_app(settings: Settings, engines: Mapping[Route, Engine] | None = None
     app.add_middleware(
         ApiKeyGuard, keys=settings.api_keys(), protect_metrics=settings.metrics_need_key
     )
-    for module in (chat, completions, responses, models, monitoring, routing_state):
+    for module in (chat, completions, responses, models, monitoring, routing_state, tokenize):
         app.include_router(module.router)
     return app

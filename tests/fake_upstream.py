@@ -52,6 +52,8 @@ class FakeUpstream:
         if path == "/v1/models":
             card = {"id": self.model, "object": "model", "max_model_len": 2048}
             return httpx.Response(200, json={"object": "list", "data": [card]})
+        if path in HELPERS:
+            return HELPERS[path](self, request)
         body = json.loads(request.content)
         self.bodies.append(body)
         if self.status != 200:
@@ -125,3 +127,26 @@ def _usage(completion_tokens: int) -> dict[str, int]:
         "completion_tokens": completion_tokens,
         "total_tokens": PROMPT_TOKENS + completion_tokens,
     }
+
+
+def _tokenize(upstream: FakeUpstream, request: httpx.Request) -> httpx.Response:
+    upstream.bodies.append(json.loads(request.content))
+    return httpx.Response(200, json={"count": 2, "max_model_len": 2048, "tokens": [11, 12]})
+
+
+def _detokenize(upstream: FakeUpstream, request: httpx.Request) -> httpx.Response:
+    tokens = json.loads(request.content)["tokens"]
+    return httpx.Response(200, json={"prompt": "".join(upstream.tokens[: len(tokens)])})
+
+
+def _no_tokenizer_info(upstream: FakeUpstream, request: httpx.Request) -> httpx.Response:
+    # vLLM serves it only with --enable-tokenizer-info-endpoint.
+    return httpx.Response(404, json={"detail": "Not Found"})
+
+
+# vLLM's helper paths, beside /v1.
+HELPERS = {
+    "/tokenize": _tokenize,
+    "/detokenize": _detokenize,
+    "/tokenizer_info": _no_tokenizer_info,
+}

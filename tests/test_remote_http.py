@@ -221,3 +221,16 @@ async def test_a_wrong_upstream_key_says_so_in_health() -> None:
         assert "401" in engine.upstream_status()[upstream.base_url]
     finally:
         await engine.aclose()
+
+
+async def test_the_tokenizer_helpers_are_forwarded_to_an_upstream(site: Site) -> None:
+    answer = await site.client.post("/tokenize", json={"model": MODEL, "prompt": "one two"})
+    assert answer.json()["tokens"] == [11, 12]
+    forwarded = [*site.speculative.bodies, *site.plain.bodies]
+    assert {"prompt": "one two", "continue_final_message": False,
+            "return_token_strs": False} in forwarded  # fmt: skip
+    answer = await site.client.post("/detokenize", json={"tokens": [11, 12]})
+    assert answer.json() == {"prompt": " one two"}
+    # An upstream without the endpoint: a 404 that names it, not a 500.
+    missing = await site.client.get("/tokenizer_info")
+    assert missing.status_code == 404 and "/tokenizer_info" in missing.json()["error"]["message"]

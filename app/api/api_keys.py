@@ -18,7 +18,9 @@ class ApiKeyGuard:
     def __init__(self, app: ASGIApp, keys: list[str], protect_metrics: bool) -> None:
         self.app = app
         self.keys = [key.encode() for key in keys]
-        self.prefixes = ("/v1/", "/metrics") if protect_metrics else ("/v1/",)
+        # vLLM's helpers (/tokenize, ...) sit beside /v1 and are guarded as it is.
+        helpers = ("/tokenize", "/detokenize", "/tokenizer_info")
+        self.prefixes = (*helpers, "/v1/", "/metrics") if protect_metrics else (*helpers, "/v1/")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self._protected(scope["path"]):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
 
 import httpx
 
@@ -28,6 +29,7 @@ from app.errors import (
     EngineFailureError,
     EngineUnavailableError,
     InvalidRequestError,
+    NotFoundError,
     SpecgateError,
 )
 from app.settings import Settings
@@ -145,6 +147,23 @@ class RemoteEngine:
 
     def upstream_status(self) -> dict[str, str]:
         return self.pool.status()
+
+    async def forward(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+        """One upstream's JSON answer on a helper path (/tokenize, ...), as it gave it."""
+        upstream = self.pool.acquire()
+        if upstream is None:
+            raise EngineUnavailableError(self._unavailable())
+        try:
+            response = await self._client.request(method, f"{upstream.base_url}{path}", json=body)
+        except httpx.TransportError as exc:
+            raise self._transport_failure(upstream, exc) from exc
+        finally:
+            self.pool.release(upstream)
+        if response.status_code == 404:
+            raise NotFoundError(f"the {self.route} upstream {upstream.base_url} has no {path}")
+        if response.status_code >= 400:
+            raise upstream_error(response.status_code, response.content)
+        return response.json()
 
     async def aclose(self) -> None:
         await self.pool.aclose()
