@@ -319,3 +319,36 @@ def test_models_conform(server: ServerProcess) -> None:
     assert violations(one, MODEL_OBJECT) == []
     missing = httpx.get(f"{server.base_url}/v1/models/gpt-5", timeout=30)
     assert missing.status_code == 404 and violations(missing.json(), ERROR) == []
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+def test_continuous_usage_stats_count_on_every_chunk(server: ServerProcess, path: str) -> None:
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    body = (chat if path == CHAT else completion)(stream_options=options)
+    chunks = stream(server, path, body)
+    counted = [chunk["usage"]["completion_tokens"] for chunk in chunks]
+    assert all(chunk["usage"] is not None for chunk in chunks)
+    assert counted == sorted(counted) and counted[-1] == 8
+    assert chunks[-1]["usage"]["prompt_tokens"] == chunks[0]["usage"]["prompt_tokens"] > 0
+
+
+def test_sixteen_stop_strings_are_served(server: ServerProcess) -> None:
+    # lm-eval's generation tasks send their stop list plus the EOS string (5 and more).
+    stops = [f"<stop{i}>" for i in range(15)] + ["b)"]
+    text = call(server, COMPLETIONS, completion(stop=stops, max_tokens=16))["choices"][0]["text"]
+    assert "b)" not in text
+    error = refused(server, COMPLETIONS, completion(stop=[*stops, "x"]))
+    assert error["code"] == "too_many_stop_sequences" and "--max-stop-sequences" in error["message"]
+
+
+def test_the_tokenizer_helpers_count_what_the_engine_counts(server: ServerProcess) -> None:
+    counted = httpx.post(f"{server.base_url}/tokenize", json={"model": MODEL, "messages": CODE})
+    usage = call(server, CHAT, chat())["usage"]
+    assert counted.status_code == 200 and counted.json()["count"] == usage["prompt_tokens"]
+    assert counted.json()["max_model_len"] == 8192
+    prompt = httpx.post(f"{server.base_url}/tokenize", json={"prompt": "def add(a, b):"}).json()
+    assert prompt["count"] == call(server, COMPLETIONS, completion())["usage"]["prompt_tokens"]
+    text = httpx.post(f"{server.base_url}/detokenize", json={"tokens": prompt["tokens"]})
+    assert text.json() == {"prompt": "def add(a, b):"}
+    info = httpx.get(f"{server.base_url}/tokenizer_info").json()
+    assert info["eos_token"] == "<|im_end|>" and "<|im_start|>" in info["chat_template"]
