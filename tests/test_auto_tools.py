@@ -6,18 +6,23 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import pytest
+from openai import AsyncOpenAI
 
 from app.auto_tools import EnvelopeFormat, ModelFormat
 from app.engine.fake import FakeEngine
 from app.engine.tool_parser import parser_for_template
-from app.main import auto_tool_choice
+from app.engine.types import GenerationRequest
+from app.main import auto_tool_choice, create_app
 from app.settings import Settings
 from app.tool_calls import Function
 from app.tool_envelope import EnvelopeParser, envelope_schema
+from tests.conftest import MODEL
 from tests.scripted_site import ScriptedSite as Site
 from tests.scripted_site import scripted_site
 from tests.test_tool_calls import CHAT, TIME, WEATHER, chat, streamed
@@ -155,9 +160,86 @@ def test_the_parser_is_picked_from_what_the_template_writes(
 
 
 class _TemplatedEngine(FakeEngine):
-    def __init__(self, route: Any, template: str) -> None:
-        super().__init__(route)
+    """A fake engine whose tokenizer carries a chat template, as a served model's does."""
+
+    def __init__(self, route: Any, template: str, **fields: Any) -> None:
+        super().__init__(route, **fields)
         self.tokenizer = SimpleNamespace(chat_template=template, get_vocab=dict)
+
+
+# A hermes-format template (abridged), and a model that calls, then answers the tool's result.
+HERMES_TEMPLATE = "{%- for tool_call in message.tool_calls %}{{ '<tool_call>' }}{% endfor %}"
+
+
+def _calls_then_answers(request: GenerationRequest, index: int) -> list[str]:
+    if request.prompt[-1]["role"] == "tool":  # type: ignore[index]
+        return ["It is ", "sunny ", "in Paris."]
+    return ["Let me look. ", *HERMES_CALL]
+
+
+HERMES_CALL = ["<tool_", "call>", '{"name": "get_weather", ',
+               '"arguments": {"city": "Paris"}}', "</tool_call>"]  # fmt: skip
+
+
+def _only_calls_then_answers(request: GenerationRequest, index: int) -> list[str]:
+    # pydantic-ai's streamed run ends on the first text, so its model calls without a preamble.
+    said = _calls_then_answers(request, index)
+    return said[1:] if said[1:] == HERMES_CALL else said
+
+
+@asynccontextmanager
+async def hermes_client(script: Any = _calls_then_answers) -> AsyncIterator[AsyncOpenAI]:
+    engines = {
+        route: _TemplatedEngine(route, HERMES_TEMPLATE, script=script)
+        for route in ("speculative", "plain")
+    }
+    app = create_app(Settings(routing_exploration=0), engines)  # type: ignore[arg-type]
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://specgate") as http:
+            yield AsyncOpenAI(base_url="http://specgate/v1", api_key="-", http_client=http)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_sdk_loop_through_a_parser_picked_from_the_template(stream: bool) -> None:
+    async with hermes_client() as client:
+        question: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
+        ask: dict[str, Any] = {"model": MODEL, "tools": [WEATHER], "max_tokens": 64}
+        if stream:
+            async with client.chat.completions.stream(messages=question, **ask) as events:
+                first = (await events.get_final_completion()).choices[0]
+        else:
+            first = (await client.chat.completions.create(messages=question, **ask)).choices[0]
+        assert first.finish_reason == "tool_calls" and first.message.content == "Let me look. "
+        (call,) = first.message.tool_calls or []
+        assert json.loads(call.function.arguments) == {"city": "Paris"}  # type: ignore[union-attr]
+        answer = {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21 C"}
+        turn = [*question, first.message.model_dump(exclude_none=True), answer]
+        second = (await client.chat.completions.create(messages=turn, **ask)).choices[0]
+        assert (second.message.content, second.finish_reason) == ("It is sunny in Paris.", "stop")
+
+
+async def test_a_pydantic_ai_agent_through_a_parser_picked_from_the_template() -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    async with hermes_client(_only_calls_then_answers) as client:
+        model = OpenAIChatModel(MODEL, provider=OpenAIProvider(openai_client=client))
+        agent = Agent(model)
+        asked: list[str] = []
+
+        @agent.tool_plain
+        def get_weather(city: str) -> str:
+            """The weather in a city."""
+            asked.append(city)
+            return "Sunny, 21 C"
+
+        result = await agent.run("What is the weather in Paris?")
+        assert asked == ["Paris"] and result.output == "It is sunny in Paris."
+        async with agent.run_stream("What is the weather in Paris?") as run:
+            streamed = [text async for text in run.stream_text(delta=True)]
+        assert asked == ["Paris", "Paris"] and "".join(streamed) == "It is sunny in Paris."
 
 
 def test_the_start_picks_and_logs_the_format(caplog: pytest.LogCaptureFixture) -> None:
