@@ -188,3 +188,9 @@ def test_a_pydantic_ai_agent_calls_the_tool_and_answers(server: ServerProcess) -
     # The 135M model lists the call a few times over: each one ran.
     assert len(asked) > before and set(asked) == {"Paris"}
     assert "".join(streamed) == output and output
+
+
+def test_the_start_log_says_how_auto_is_served(server: ServerProcess) -> None:
+    # SmolLM2's template renders no tools and writes no call format.
+    log = server.log_path.read_text(errors="replace")
+    assert 'tool_choice "auto": the chat template shows no call format vLLM parses' in log
