@@ -15,7 +15,7 @@ ifdef PIP_EXTRA_INDEX_URL
 export PIP_EXTRA_INDEX_URL
 endif
 
-.PHONY: install serve test lint bench gpu-sim gpu-check openapi clean
+.PHONY: install serve test test-fast lint bench gpu-sim gpu-check openapi clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,8 +44,14 @@ lint: install
 	$(BIN)/ruff format --check app tests scripts bench
 	$(BIN)/mypy
 
-test: install lint
-	$(BIN)/python -m pytest $(ARGS)
+# The fast tier first (about 90 s: the HTTP layer over fake engines, the policy, the
+# simulator's quick run), so a fast failure shows before the real engines start; then the
+# real-engine tiers (tests/conftest.py: ENGINE_TIERS).
+test-fast: install lint
+	$(BIN)/python -m pytest -m "not engine" $(ARGS)
+
+test: test-fast
+	$(BIN)/python -m pytest -m engine $(ARGS)
 
 # The routing benchmark: never / always / auto / oracle / vLLM's own server (about 30 min).
 bench: install

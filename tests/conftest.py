@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,6 +14,18 @@ from app.main import create_app
 from app.settings import Settings
 
 MODEL = "SmolLM2-135M-Instruct"
+
+# The real-engine tiers: each package starts real vLLM engines (or servers of them), so every
+# test in it carries the `engine` marker; the rest of tests/ is the fast tier.
+ENGINE_TIERS = ("draft_model", "engine", "engine_one", "faults", "gpu_check", "remote")
+TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.relative_to(TESTS).parts[0] in ENGINE_TIERS:
+            item.add_marker(pytest.mark.engine)
+
 
 ClientFactory = Callable[..., Awaitable[tuple[httpx.AsyncClient, dict[str, FakeEngine]]]]
 

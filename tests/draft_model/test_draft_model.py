@@ -19,8 +19,6 @@ from bench.model_folders import make_truncated_draft
 from tests.engine.prompts import CODE, MODEL
 from tests.engine.server import ServerProcess
 
-pytestmark = pytest.mark.engine
-
 DRAFT_TOKENS = 3
 
 

@@ -21,12 +21,6 @@ ADMISSION_ARGS = [
 ]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/engine/" in str(item.path).replace("\\", "/"):
-            item.add_marker(pytest.mark.engine)
-
-
 # Package scope: the server stops when tests/engine ends, before tests/draft_model starts
 # its own (two at once do not fit in these machines' memory).
 @pytest.fixture(scope="package")

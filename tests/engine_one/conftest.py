@@ -16,12 +16,6 @@ from tests.engine.server import ServerProcess, package_server
 __all__ = ["async_client", "model_dir", "sync_client"]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/engine_one/" in str(item.path).replace("\\", "/"):
-            item.add_marker(pytest.mark.engine)
-
-
 @pytest.fixture(scope="package")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("server_one") / "specgate.log"

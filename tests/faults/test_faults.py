@@ -21,8 +21,6 @@ from tests.engine.prompts import JSON_CONTINUATION, MODEL
 from tests.engine.server import ServerProcess
 from tests.openai_schema import ERROR, violations
 
-pytestmark = pytest.mark.engine
-
 GRACE_SECONDS = 4
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"

@@ -9,9 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 

@@ -25,12 +25,6 @@ NGRAM = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 2,
          "prompt_lookup_max": 5}  # fmt: skip
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/remote/" in str(item.path).replace("\\", "/"):
-            item.add_marker(pytest.mark.engine)
-
-
 @dataclass
 class Site:
     speculative: ServerProcess  # a vLLM server
