@@ -15,7 +15,7 @@ ifdef PIP_EXTRA_INDEX_URL
 export PIP_EXTRA_INDEX_URL
 endif
 
-.PHONY: install serve test test-fast lint bench gpu-sim gpu-check openapi clean
+.PHONY: install serve test test-fast lint bench gpu-sim gpu-check openapi configuration clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,10 @@ gpu-check: install
 # Regenerate the committed API contract after changing a route or a schema.
 openapi: install
 	$(BIN)/python -m scripts.export_openapi
+
+# Regenerate docs/configuration.md after changing a setting.
+configuration: install
+	$(BIN)/python -m scripts.export_configuration
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

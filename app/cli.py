@@ -31,7 +31,7 @@ def parse_settings(argv: Sequence[str]) -> Settings:
     Raises SettingsError or ValidationError for a bad value; argparse exits 2 on an unknown flag
     and 0 after --help.
     """
-    return CliApp.run(Settings, cli_args=_without_serve(argv), cli_settings_source=_flag_parser())
+    return CliApp.run(Settings, cli_args=_without_serve(argv), cli_settings_source=flag_parser())
 
 
 def _without_serve(argv: Sequence[str]) -> list[str]:
@@ -55,7 +55,7 @@ def _values_of(flag: str, args: list[str]) -> list[str]:
     return values + [arg.removeprefix(f"{flag}=") for arg in args if arg.startswith(f"{flag}=")]
 
 
-def _flag_parser() -> CliSettingsSource[ArgumentParser]:
+def flag_parser() -> CliSettingsSource[ArgumentParser]:
     """The parser of Settings' flags, with --help in sections and each flag's default shown."""
     source: CliSettingsSource[ArgumentParser] = CliSettingsSource(
         Settings, add_argument_method=_FlagAdder().add, formatter_class=_HelpFormatter

@@ -2,7 +2,7 @@
 
 A bounded store: past `capacity` the least recently used response is dropped, and a
 request that names it gets a 404. It lives in the process: a restart (or another worker
-process) does not know its ids (see README, "Responses API").
+process) does not know its ids (see docs/api.md, "Responses API").
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ class Settings(BaseSettings):
     """specgate: an OpenAI-compatible gateway over a speculative and a plain engine."""
 
     # Each description is one line of --help, where the default is appended to it; the fuller
-    # story of a flag is in the comment above it and in the README.
+    # story of a flag is in the comment above it and in docs/.
     model_config = SettingsConfigDict(
         env_prefix="SPECGATE_",
         cli_prog_name="specgate",
@@ -181,7 +181,7 @@ class Settings(BaseSettings):
     )
     # 'one' gives each request on the shared engine its own draft length, chosen at every
     # step for auto (0 on the plain route). On the 2-core CPU it served the same traffic
-    # faster than two engines on split cores (README, "One engine or two"), and on a GPU it
+    # faster than two engines on split cores (docs/engines.md, "One engine or two"), and on a GPU it
     # holds the weights once. 'auto' (the default) is 'one' on CPUs and wherever two copies of
     # the weights would take more than a tenth of a GPU (app/engine/memory_plan.py). Remote
     # pools keep both routes either way.
@@ -244,7 +244,7 @@ class Settings(BaseSettings):
         description="Sequences in flight above which auto never speculates",
         json_schema_extra=_cli("routing", "N", unset="learned from traffic"),
     )
-    # Ngram speculation only; see the README.
+    # Ngram speculation only; see docs/routing.md.
     routing_mid_stream: Literal["on", "off"] = Field(
         "on",
         description="Let auto move a stream to the engine expected to finish it clearly sooner",

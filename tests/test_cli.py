@@ -166,3 +166,10 @@ def test_python_m_app_takes_serve_and_refuses_two_models() -> None:
     assert result.returncode == 2
     assert "serve org/a and --model org/b" in result.stderr
     assert result.stdout == ""
+
+
+def test_the_configuration_page_is_the_settings_own() -> None:
+    # docs/configuration.md is generated: `make configuration` after changing a setting.
+    from scripts.export_configuration import PAGE, render
+
+    assert PAGE.read_text() == render(), "docs/configuration.md is stale: make configuration"

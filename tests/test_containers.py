@@ -2,7 +2,7 @@
 
 Nothing here builds or runs an image. It lints both Dockerfiles and the entrypoint, runs the
 entrypoint outside a container, reads what the Dockerfiles promise (user, port, volume, health
-check), and parses every `docker run` in the README and every service in compose.yaml with
+check), and parses every `docker run` in the README and docs/ and every service in compose.yaml with
 the parser that would really receive its arguments: specgate's or vLLM's.
 """
 
@@ -34,7 +34,13 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILES = {"gpu": ROOT / "Dockerfile", "cpu": ROOT / "docker" / "Dockerfile.cpu"}
 ENTRYPOINT = ROOT / "docker" / "entrypoint.sh"
 COMPOSE = ROOT / "docker" / "compose.yaml"
-README_COMMANDS = shell_commands((ROOT / "README.md").read_text())
+# The shell commands of the README and docs/ (deployment.md holds the images' commands).
+DOCUMENTS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+README_COMMANDS = [
+    (f"{document.name}:{line}", argv)
+    for document in DOCUMENTS
+    for line, argv in shell_commands(document.read_text())
+]
 # The venv that runs these tests: its python and the linters the test extra installs.
 VENV_BIN = Path(sys.executable).parent
 
@@ -281,8 +287,8 @@ def test_the_readme_builds_each_dockerfile_once() -> None:
 
 
 README_DOCKER = [
-    pytest.param(argv, id=f"README:{line}")
-    for line, argv in README_COMMANDS
+    pytest.param(argv, id=where)
+    for where, argv in README_COMMANDS
     if argv[:2] in (["docker", "run"], ["docker", "exec"]) or argv[:3] == ["python", "-m", "app"]
 ]
 

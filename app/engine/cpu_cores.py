@@ -4,7 +4,7 @@ vLLM binds a CPU engine's worker to the cores of its NUMA node minus one it rese
 scheduler. Two engines in one gateway both get that same list: on a 2-core machine both
 workers run on core 0 while core 1 holds only schedulers, so a request on one engine halves
 the other's speed and a mixed batch is slower than the same batch on either engine alone
-(README, "Engines on CPUs"). `split` gives each engine its own half of the cores this
+(docs/engines.md, "Engines on CPUs"). `split` gives each engine its own half of the cores this
 process may use, so both can compute at once; `shared` keeps vLLM's binding.
 """
 
@@ -21,7 +21,8 @@ CpuLayout = Literal["split", "shared"]
 # vLLM's ngram proposer is a numba `prange` kernel (vLLM caps it to one thread). Its first
 # proposal starts numba's default threading layer, an OpenMP pool beside torch's, and from
 # then on every step of the engine is slower, drafting or not: 20 plain requests took 8.5 s
-# before one drafting request and 12.9 s after it, on the same server (README, "One engine").
+# before one drafting request and 12.9 s after it, on the same server (docs/engines.md, "One
+# engine or two").
 # One workqueue thread does the same work and starts no pool. An operator's values win.
 NUMBA_DEFAULTS = {"NUMBA_THREADING_LAYER": "workqueue", "NUMBA_NUM_THREADS": "1"}
 # vLLM's own variable: a list such as "0-3" or "0,2"; an operator's value always wins.

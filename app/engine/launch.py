@@ -174,7 +174,7 @@ async def _start_shared_engine(
 
     started = time.monotonic()
     # On a CPU the one engine computes on every core (measured ahead of vLLM's default
-    # binding, which reserves one: README, "One engine").
+    # binding, which reserves one: docs/engines.md, "One engine or two").
     cores = whole_machine() if on_cpu() else None
     if cores is not None:
         logger.info("the shared engine computes on CPU cores %s", cores)

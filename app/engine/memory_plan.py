@@ -8,7 +8,7 @@ Llama-3-70B over four 80 GB GPUs at 0.92, gives each engine about 36.8 GB a GPU 
 module prices the plan from the model's config.json and the devices' memory, refuses a plan
 that cannot fit with the numbers and the fix, and resolves `auto`: one engine wherever two
 copies of the weights would take more than a small share of the memory (and on CPUs, where
-one engine measured ahead: README, "One engine or two").
+one engine measured ahead: docs/engines.md, "One engine or two").
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def engine_args(
     dtype = settings.dtype
     if dtype == "auto" and on_cpu:
         # On AVX2-only CPUs bf16 is emulated; in fp32 the K+1-token verification pass is
-        # cheap enough for speculation to pay (see README, "Engines on CPUs").
+        # cheap enough for speculation to pay (see docs/engines.md, "Engines on CPUs").
         dtype = "float32"
     kv_cache_bytes = settings.kv_cache_memory_bytes
     if kv_cache_bytes is None and on_cpu:

@@ -16,7 +16,7 @@ T / E_i, and the rule minimises their sum, T * sum(1 / E_i): what every request 
 waits per token, the measure that mean latency follows. (Maximising the batch's tokens per
 second instead, sum(E_i) / T, lets a few requests that draft well slow every other request
 in a crowded step; on the 2-core CPU a burst took 1.8x as long as never drafting with that
-measure, 1.42x with this one: README, "One engine or two".) One more
+measure, 1.42x with this one: docs/engines.md, "One engine or two".) One more
 draft token for request i costs every request the line's per-token slope c and shrinks
 1 / E_i by d_i. A request's d_i falls with k, so for each number of draft tokens in the step
 the best choice is the largest d_i's, and the rule takes the number whose product is least,
@@ -124,9 +124,9 @@ class StepCostPrior:
 
 # Fitted to the step times of the embedded default (SmolLM2-135M, float32, eager, ngram K=5)
 # in one engine on both cores of the 2-core CPU specgate is developed on, on the tune split's
-# changing-load replay (README, "One engine"): a draft token costs about as much as a prompt
-# token, and a step in which anything drafts costs every sequence about 3 ms more. Traffic
-# replaces them within a few hundred steps.
+# changing-load replay (docs/engines.md, "One engine or two"): a draft token costs about as
+# much as a prompt token, and a step in which anything drafts costs every sequence about 3 ms
+# more. Traffic replaces them within a few hundred steps.
 CPU_STEP_PRIOR = StepCostPrior(
     base_ms=40.0, per_sequence_ms=0.0, per_token_ms=2.4, per_sequence_drafting_ms=2.9
 )

@@ -13,9 +13,9 @@ plain engine served, from the shadow drafter) are kept beside it, to say how muc
 work a running request has left.
 
 Estimates start from priors measured on a CPU like the ones specgate is developed on
-(the routing benchmark of 2026-12-02 at concurrency 1, since retired: README, "Routing
+(the routing benchmark of 2026-12-02 at concurrency 1, since retired: bench/RESULTS.md, "Routing
 benchmark") and move toward what this server observes. They live in
-memory only: a restart goes back to the priors (see README, "Routing").
+memory only: a restart goes back to the priors (see docs/routing.md).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ class Site:
 
 
 def vllm_server(model: Path, speculative: bool, log: Path) -> ServerProcess:
-    # The settings specgate's embedded engines use on CPUs (README, "Engines on CPUs").
+    # The settings specgate's embedded engines use on CPUs (docs/engines.md, "Engines on CPUs").
     args = [
         "--model", str(model), "--served-model-name", MODEL_NAME,
         "--dtype", "float32", "--enforce-eager", "--kv-cache-memory-bytes", str(512 * 1024**2),
