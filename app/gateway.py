@@ -163,7 +163,7 @@ class Gateway:
         if length is None:
             return
         engine = self.engines.get("speculative")
-        if engine is None or not getattr(engine, "per_request_draft_length", False):
+        if engine is None or not engine.facts.per_request_draft_length:
             raise InvalidRequestError(
                 f"{HEADER}: a draft length (k=N) needs an embedded speculative engine; "
                 "this server's speculative route cannot take one",

@@ -17,7 +17,7 @@ from app.api.openapi_docs import install_openapi
 from app.auto_tools import AutoToolChoice, EnvelopeFormat, ModelFormat
 from app.engine.base import Engine
 from app.engine.route_view import shared_engine
-from app.engine.tokenizing import LocalTokenizer, RemoteTokenizer, TokenizerService
+from app.engine.tokenizing import TokenizerService
 from app.engine.types import Route
 from app.gateway import Gateway
 from app.metrics import GatewayMetrics
@@ -83,22 +83,17 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
 
 def tokenizer_service(engines: Mapping[Route, Engine]) -> TokenizerService | None:
     """The served model's tokenizer: an embedded engine's own, or a remote route's upstreams."""
-    for engine in engines.values():
-        tokenizer = getattr(engine, "tokenizer", None)
-        if tokenizer is not None:
-            return LocalTokenizer(tokenizer, int(getattr(engine, "max_model_len", 0)))
-    for engine in engines.values():
-        forward = getattr(engine, "forward", None)
-        if forward is not None:
-            return RemoteTokenizer(engine)  # type: ignore[arg-type]
-    return None
+    services = [engine.facts.tokenizing for engine in engines.values()]
+    # An engine with a tokenizer of its own answers before upstreams that forward.
+    local = [engine.facts.tokenizing for engine in engines.values() if engine.facts.tokenizer]
+    return next((service for service in [*local, *services] if service is not None), None)
 
 
 def auto_tool_choice(settings: Settings, engines: Mapping[Route, Engine]) -> AutoToolChoice | None:
     """How `tool_choice: "auto"` is served; None when --no-enable-auto-tool-choice refuses it."""
     if not settings.enable_auto_tool_choice:
         return None
-    tokenizers = (getattr(engine, "tokenizer", None) for engine in engines.values())
+    tokenizers = (engine.facts.tokenizer for engine in engines.values())
     tokenizer = next((t for t in tokenizers if t is not None), None)
     chosen: AutoToolChoice
     if settings.tool_call_parser == "auto" and tokenizer is None:
@@ -132,15 +127,13 @@ def max_draft_length(settings: Settings) -> int | None:
 def shadow_config(settings: Settings, engines: Mapping[Route, Engine]) -> NgramConfig | None:
     """The speculative engine's prompt lookup, for the shadow drafter; None if not ngram."""
     config = settings.engine_speculative_config()
-    if not all(getattr(engine, "exposes_token_ids", False) for engine in engines.values()):
+    facts = [engine.facts for engine in engines.values()]
+    if not all(fact.exposes_token_ids for fact in facts):
         return None
-    max_model_len = min(
-        (getattr(engine, "max_model_len", None) or 0 for engine in engines.values()), default=0
-    )
+    max_model_len = min((fact.max_model_len or 0 for fact in facts), default=0)
     if config.get("method") != "ngram" or max_model_len <= 0:
         return None
-    runners = [getattr(engine, "runner", None) for engine in engines.values()]
-    if any(runner is not None and not runner.shadow_drafter_matches for runner in runners):
+    if not all(fact.shadow_drafter_matches for fact in facts):
         logger.warning(
             "shadow drafting is off: it replays the V1 model runner's n-gram proposer, and "
             "the speculative engine runs Model Runner V2, whose n-gram speculator differs "

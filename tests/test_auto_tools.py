@@ -7,6 +7,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -164,7 +165,8 @@ class _TemplatedEngine(FakeEngine):
 
     def __init__(self, route: Any, template: str, **fields: Any) -> None:
         super().__init__(route, **fields)
-        self.tokenizer = SimpleNamespace(chat_template=template, get_vocab=dict)
+        tokenizer = SimpleNamespace(chat_template=template, get_vocab=dict)
+        self.facts = replace(self.facts, tokenizer=tokenizer)
 
 
 # A hermes-format template (abridged), and a model that calls, then answers the tool's result.

@@ -93,6 +93,6 @@ async def test_one_engine_serves_both_routes_with_its_own_draft_lengths() -> Non
         pass
     assert [(r.request_id, r.draft_length) for r in shared.requests] == [("p", 0), ("s", 3)]
     assert views["plain"].unfinished_requests() == 0
-    assert views["plain"].max_model_len == shared.max_model_len  # the engine's own facts
+    assert views["plain"].facts is shared.facts  # the engine's own facts
     await views["plain"].aclose()
     assert views["speculative"].is_alive()

@@ -10,6 +10,7 @@ import pytest
 
 from app.cli import parse_settings
 from app.engine import launch
+from app.engine.base import StopsOnExit
 from app.engine.memory_plan import (
     DeviceFacts,
     MemoryPlanError,
@@ -113,7 +114,7 @@ async def test_each_routes_engine_core_is_spawned_seeing_only_its_gpus(
 
     seen: dict[str, str | None] = {}
 
-    class SpawnedEngine:
+    class SpawnedEngine(StopsOnExit):
         """What VllmEngine.start would return, once the engine core was spawned."""
 
         @staticmethod

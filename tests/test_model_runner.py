@@ -12,6 +12,7 @@ import pytest
 import vllm.config.vllm as vllm_config_module
 from vllm.config import ModelConfig, VllmConfig
 
+from app.engine.base import EngineFacts
 from app.engine.capabilities import drafting_refusal
 from app.engine.model_runner import RUNNER_VARIABLE, pinned_runner, runner_of
 from app.engine.types import SamplingOptions
@@ -67,7 +68,9 @@ def test_what_a_drafting_request_may_carry_follows_the_runner() -> None:
 
 def test_the_shadow_drafter_steps_aside_when_the_engine_runs_v2() -> None:
     def engine(use_v2: bool) -> SimpleNamespace:
-        return SimpleNamespace(exposes_token_ids=True, max_model_len=2048, runner=runner_of(use_v2))
+        matches = runner_of(use_v2).shadow_drafter_matches
+        facts = EngineFacts(2048, exposes_token_ids=True, shadow_drafter_matches=matches)
+        return SimpleNamespace(facts=facts)
 
     settings = Settings()
     assert shadow_config(settings, {"speculative": engine(False), "plain": engine(False)})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from app.engine.base import EngineFacts
 from app.engine.types import (
     ChoiceDelta,
     GenerationRequest,
@@ -21,7 +22,7 @@ NGRAM = NgramConfig(k=3, min_n=2, max_n=3, max_model_len=1000)
 class CountingEngine:
     """Continues any token-id prompt with the next integers, one token a step."""
 
-    exposes_token_ids = True
+    facts = EngineFacts(exposes_token_ids=True)
 
     def __init__(self, route: Route) -> None:
         self.route: Route = route

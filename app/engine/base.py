@@ -3,14 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Protocol, Self, runtime_checkable
 
 from app.engine.capabilities import Refusal
+from app.engine.tokenizing import TokenizerService
 from app.engine.types import GenerationRequest, GenerationStep, Route, SamplingOptions
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What an engine tells about itself, known once it has started."""
+
+    # The context length in tokens; None where the engine does not say.
+    max_model_len: int | None = None
+    # Its steps carry token ids (the shadow drafter and moves between engines need them).
+    exposes_token_ids: bool = False
+    # It takes GenerationRequest.draft_length (an embedded engine that drafts).
+    per_request_draft_length: bool = False
+    # The model's tokenizer (tool-call parsers read its template and special tokens).
+    tokenizer: Any = None
+    # /tokenize and its kin: the engine's own tokenizer, or its upstreams'.
+    tokenizing: TokenizerService | None = None
+    # The shadow drafter replays this engine's n-gram proposer faithfully (not on Model
+    # Runner V2, whose speculator differs).
+    shadow_drafter_matches: bool = True
 
 
 class Engine(Protocol):
     route: Route
+
+    @property
+    def facts(self) -> EngineFacts:
+        """What it tells about itself: the gateway reads nothing else of an engine."""
+        ...
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
         """Stream the request's progress. Closing the iterator early aborts the request.
@@ -42,6 +68,25 @@ class Engine(Protocol):
     async def aclose(self) -> None:
         """Stop the engine and every process it started."""
         ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Stops it, as aclose() does."""
+        ...
+
+
+class StopsOnExit:
+    """`async with engine:` stops the engine on leaving the block."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
 
 
 @runtime_checkable

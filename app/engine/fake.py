@@ -14,6 +14,7 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
+from app.engine.base import EngineFacts, StopsOnExit
 from app.engine.capabilities import Refusal, drafting_refusal
 from app.engine.types import (
     ChoiceDelta,
@@ -46,7 +47,7 @@ def repeat_the_prompt(request: GenerationRequest, index: int) -> Iterator[str]:
     return (f" {word}" for word in itertools.islice(itertools.cycle(words), index, None))
 
 
-class FakeEngine:
+class FakeEngine(StopsOnExit):
     def __init__(
         self,
         route: Route,
@@ -62,6 +63,8 @@ class FakeEngine:
         # Every request it was given, in order.
         self.requests: list[GenerationRequest] = []
         self.max_model_len = max_model_len
+        # No tokenizer: its "tokens" are the prompt's words, with no ids.
+        self.facts = EngineFacts(max_model_len, per_request_draft_length=per_request_draft_length)
         self.seconds_per_token = seconds_per_token
         self.active: set[str] = set()
         # Tests set this to False to play a dead engine.

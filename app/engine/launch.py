@@ -43,9 +43,9 @@ async def start_engines(settings: Settings, stack: AsyncExitStack) -> dict[Route
     engines: dict[Route, Engine] = {}
     for route in ROUTES:
         if settings.upstreams(route):
-            remote = await RemoteEngine.start(settings, route)
-            stack.push_async_callback(remote.aclose)
-            engines[route] = remote
+            engines[route] = await stack.enter_async_context(
+                await RemoteEngine.start(settings, route)
+            )
     embedded = [route for route in ROUTES if route not in engines]
     if embedded:
         engines.update(await start_vllm_engines(settings, stack, embedded))
@@ -89,8 +89,7 @@ async def start_vllm_engines(
     outcomes = await asyncio.gather(*starting.values(), return_exceptions=True)
     for route, outcome in zip(starting, outcomes, strict=True):
         if isinstance(outcome, VllmEngine):
-            stack.push_async_callback(outcome.aclose)
-            engines[route] = outcome
+            engines[route] = await stack.enter_async_context(outcome)
     failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
     if failure is not None:
         raise failure  # the stack stops the engines that did start
@@ -182,6 +181,6 @@ async def _start_shared_engine(
         engine = await asyncio.to_thread(
             VllmEngine.start, settings, model_path, "speculative", True
         )
-    stack.push_async_callback(engine.aclose)
+    await stack.enter_async_context(engine)
     logger.info("shared engine ready in %.1f s", time.monotonic() - started)
     return route_views(engine)

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from app.engine.base import EngineFacts, StopsOnExit
 from app.engine.capabilities import Refusal, combined, drafting_refusal, refusal_of
 from app.engine.coalesce import coalesced
 from app.engine.openai_wire import (
@@ -23,6 +24,7 @@ from app.engine.openai_wire import (
     request_body,
     upstream_error,
 )
+from app.engine.tokenizing import RemoteTokenizer
 from app.engine.types import GenerationRequest, GenerationStep, Route, SamplingOptions
 from app.engine.upstream import Upstream, UpstreamPool, describe_error
 from app.errors import (
@@ -49,7 +51,7 @@ class _BeforeFirstByte(Exception):
         self.error = error
 
 
-class RemoteEngine:
+class RemoteEngine(StopsOnExit):
     def __init__(
         self, route: Route, pool: UpstreamPool, client: httpx.AsyncClient, attempts: int
     ) -> None:
@@ -57,6 +59,8 @@ class RemoteEngine:
         self.pool = pool
         self._client = client
         self._attempts = attempts
+        # No tokenizer at hand; the upstreams answer /tokenize and its kin.
+        self.facts = EngineFacts(tokenizing=RemoteTokenizer(self))
 
     @classmethod
     async def start(

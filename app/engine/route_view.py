@@ -10,22 +10,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
-from typing import Any
 
-from app.engine.base import Engine
+from app.engine.base import Engine, EngineFacts, StopsOnExit
 from app.engine.capabilities import Refusal
 from app.engine.types import GenerationRequest, GenerationStep, Route, SamplingOptions
 
 
-class RouteView:
+class RouteView(StopsOnExit):
     def __init__(self, engine: Engine, route: Route) -> None:
         self.route: Route = route
         self.engine = engine
         self._open = 0
 
-    def __getattr__(self, name: str) -> Any:
-        # What the engine tells about itself (max_model_len, exposes_token_ids, ...).
-        return getattr(self.engine, name)
+    @property
+    def facts(self) -> EngineFacts:
+        return self.engine.facts
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
         if self.route == "plain":
@@ -60,7 +59,10 @@ def route_views(engine: Engine) -> dict[Route, Engine]:
 
 def shared_engine(engines: Mapping[Route, Engine]) -> Engine | None:
     """The one engine behind both routes' views, if it takes a draft length per request."""
-    engine = getattr(engines.get("speculative"), "engine", None)
-    if engine is None or getattr(engines.get("plain"), "engine", None) is not engine:
+    speculative, plain = engines.get("speculative"), engines.get("plain")
+    if not isinstance(speculative, RouteView) or not isinstance(plain, RouteView):
         return None
-    return engine if getattr(engine, "per_request_draft_length", False) else None
+    if speculative.engine is not plain.engine:
+        return None
+    engine = speculative.engine
+    return engine if engine.facts.per_request_draft_length else None

@@ -23,12 +23,14 @@ from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 from vllm.v1.metrics.stats import RequestSpecDecodeMetrics
 
+from app.engine.base import EngineFacts, StopsOnExit
 from app.engine.capabilities import Refusal, drafting_refusal
 from app.engine.draft_length import ACCEPTANCE_PRIOR_KEY, DRAFT_LENGTH_KEY
 from app.engine.draft_scheduler import SCHEDULER_QUALNAME
 from app.engine.draft_worker import WORKER_EXTENSION_QUALNAME
 from app.engine.model_runner import RunnerFacts, pinned_runner, runner_of
 from app.engine.sampling_table import engine_sampling, finish_reason
+from app.engine.tokenizing import LocalTokenizer
 from app.engine.types import (
     ChoiceDelta,
     FinishReason,
@@ -118,10 +120,7 @@ def engine_args(
     )
 
 
-class VllmEngine:
-    # Steps carry token ids (the shadow drafter and mid-stream moves need them).
-    exposes_token_ids = True
-
+class VllmEngine(StopsOnExit):
     def __init__(self, llm: AsyncLLM, route: Route, runner: RunnerFacts) -> None:
         self.route: Route = route
         self._llm: AsyncLLM | None = llm
@@ -131,6 +130,14 @@ class VllmEngine:
         self.per_request_draft_length: bool = llm.vllm_config.speculative_config is not None
         # The model runner its engine core got (what it can serve while drafting follows).
         self.runner = runner
+        self.facts = EngineFacts(
+            max_model_len=self.max_model_len,
+            exposes_token_ids=True,
+            per_request_draft_length=self.per_request_draft_length,
+            tokenizer=self._tokenizer,
+            tokenizing=LocalTokenizer(self._tokenizer, self.max_model_len),
+            shadow_drafter_matches=runner.shadow_drafter_matches,
+        )
 
     @classmethod
     def start(
@@ -208,11 +215,6 @@ class VllmEngine:
         if self._llm is not None:
             with contextlib.suppress(Exception):
                 await self._llm.abort(request_id)
-
-    @property
-    def tokenizer(self) -> Any:
-        """The model's tokenizer (tool-call parsers read its special tokens)."""
-        return self._tokenizer
 
     def refusal(self, options: SamplingOptions) -> Refusal | None:
         # A request that drafts cannot have some sampling fields; on the plain route of
