@@ -6,6 +6,7 @@ import pytest
 from pydantic_settings import CliApp
 
 from app.cli import parse_settings
+from app.engine.draft_worker import WORKER_EXTENSION_QUALNAME
 from app.engine.vllm_engine import engine_args
 from app.settings import Settings
 
@@ -52,7 +53,7 @@ def test_speculative_engines_take_a_draft_length_per_request() -> None:
     speculative = engine_args(Settings(), "/models/small", "speculative")
     plain = engine_args(Settings(), "/models/small", "plain")
     assert speculative.scheduler_cls == "app.engine.draft_scheduler.draft_length_scheduler"
-    assert speculative.worker_extension_cls == "app.engine.draft_worker.DraftWorkerExtension"
+    assert speculative.worker_extension_cls == WORKER_EXTENSION_QUALNAME
     assert plain.worker_extension_cls == ""
     assert plain.scheduler_cls != speculative.scheduler_cls
 
@@ -105,3 +106,13 @@ def test_the_load_format_reaches_both_engines() -> None:
     for route in ("speculative", "plain"):
         assert engine_args(settings, "/models/shape-only", route).load_format == "dummy"
     assert engine_args(Settings(), "/models/small", "plain").load_format == "auto"
+
+
+def test_importing_the_worker_patches_changes_nothing() -> None:
+    # Only the worker's extension module installs them (app/engine/draft_worker_extension.py).
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from app.engine import draft_worker
+
+    assert GPUModelRunner._sample is draft_worker._sample  # vLLM's own
+    assert GPUModelRunner.propose_draft_token_ids is draft_worker._propose

@@ -1,7 +1,9 @@
-"""Worker-side changes for per-request draft length, loaded in vLLM's worker process.
+"""Worker-side changes for per-request draft length, installed in vLLM's worker process.
 
-vLLM imports this module there when an engine names `WORKER_EXTENSION_QUALNAME` as its
-`worker_extension_cls`; the patches below apply at that import, to that process only.
+`install()` applies them; importing this module changes nothing. vLLM imports
+app/engine/draft_worker_extension.py in the worker when an engine names
+`WORKER_EXTENSION_QUALNAME` as its `worker_extension_cls`, and that module calls `install()`,
+so the patches reach the worker process only.
 
 - Requests whose draft length is 0 are not offered to the ngram proposer: matching their
   whole context every step would only produce drafts the scheduler then throws away.
@@ -32,12 +34,7 @@ from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 from app.engine.draft_length import draft_limit
 
-WORKER_EXTENSION_QUALNAME = "app.engine.draft_worker.DraftWorkerExtension"
-
-
-class DraftWorkerExtension:
-    """Nothing to call: its module's import is what changes the worker."""
-
+WORKER_EXTENSION_QUALNAME = "app.engine.draft_worker_extension.DraftWorkerExtension"
 
 _sample = GPUModelRunner._sample
 
@@ -71,10 +68,6 @@ def _propose_within_limits(
     return _propose(self, scheduler_output, offered, *args, **kwargs)
 
 
-GPUModelRunner._sample = _sample_plainly_without_drafts  # type: ignore[method-assign]
-GPUModelRunner.propose_draft_token_ids = _propose_within_limits  # type: ignore[method-assign]
-
-
 _build_logitsprocs = gpu_model_runner.build_logitsprocs  # type: ignore[attr-defined]
 
 
@@ -94,9 +87,6 @@ def _build_with_builtins(
     )
 
 
-gpu_model_runner.build_logitsprocs = _build_with_builtins  # type: ignore[attr-defined]
-
-
 def _expand_batch_to_tokens(
     x: torch.Tensor,
     cu_num_tokens: torch.Tensor,
@@ -110,5 +100,11 @@ def _expand_batch_to_tokens(
     return values.repeat_interleave(counts.long(), output_size=num_tokens)
 
 
-if current_platform.is_cpu():
-    rejection_sampler.expand_batch_to_tokens = _expand_batch_to_tokens
+def install() -> None:
+    """Patch vLLM's runner, its logits processors and (on CPUs) the rejection sampler's
+    expansion, in this process. Twice is the same as once: each wraps the saved original."""
+    GPUModelRunner._sample = _sample_plainly_without_drafts  # type: ignore[method-assign]
+    GPUModelRunner.propose_draft_token_ids = _propose_within_limits  # type: ignore[method-assign]
+    gpu_model_runner.build_logitsprocs = _build_with_builtins  # type: ignore[attr-defined]
+    if current_platform.is_cpu():
+        rejection_sampler.expand_batch_to_tokens = _expand_batch_to_tokens

@@ -1,4 +1,8 @@
-"""The vLLM adapter: the only module that imports vllm.
+"""The vLLM adapter: an `Engine` over vLLM's async engine.
+
+vLLM is imported only under app/engine/: here, in the scheduler and worker changes
+(draft_length*.py, draft_scheduler.py, draft_worker.py) and the tool-call parsers
+(tool_parser.py); the gateway loads this module only when it embeds an engine.
 
 Each `VllmEngine` owns one `AsyncLLM` (vLLM V1's AsyncLLMEngine), whose engine core runs
 in a child process. Requests go in as token ids, so both engines see the same prompt and
