@@ -12,12 +12,12 @@ from app.api.respond import respond
 from app.api.sampling import sampling_options
 from app.auto_tools import AutoToolChoice, AutoTurn
 from app.deps import GatewayDep, MoveAfterHeader, SpeculativeHeader
+from app.encoders.chat import ChatEncoder
 from app.engine.types import ChatMessage
 from app.errors import InvalidRequestError
 from app.request_spec import RequestSpec
 from app.schemas.chat import ChatCompletion, ChatCompletionRequest, ChatMessageIn, FunctionName
 from app.tool_calls import Function, ToolCallMode, tool_call_mode
-from app.wire.chat import ChatShape
 
 router = APIRouter()
 
@@ -47,7 +47,7 @@ async def create_chat_completion(
     return await respond(
         await gateway.open(spec),
         request,
-        ChatShape(
+        ChatEncoder(
             gateway.model_id,
             mode,
             legacy_functions=body.legacy_functions,

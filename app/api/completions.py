@@ -9,9 +9,9 @@ from app.api.openapi_docs import GENERATION_RESPONSES
 from app.api.respond import respond
 from app.api.sampling import sampling_options
 from app.deps import GatewayDep, MoveAfterHeader, SpeculativeHeader
+from app.encoders.completions import CompletionsEncoder
 from app.request_spec import RequestSpec
 from app.schemas.completions import Completion, CompletionRequest
-from app.wire.completions import CompletionsShape
 
 router = APIRouter()
 
@@ -34,7 +34,7 @@ async def create_completion(
     return await respond(
         run,
         request,
-        CompletionsShape(gateway.model_id, with_logprobs=body.logprobs is not None),
+        CompletionsEncoder(gateway.model_id, with_logprobs=body.logprobs is not None),
         stream=body.stream,
         stream_options=body.stream_options,
         shutdown_grace_seconds=gateway.shutdown_grace_seconds,

@@ -9,9 +9,9 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from app.api.event_stream import EventStream
+from app.encoders.common import ResponseEncoder, route_headers
 from app.generation import Run
 from app.schemas.common import StreamOptions
-from app.wire.common import WireShape, route_headers
 
 # How often a non-streamed request checks that its client is still there.
 DISCONNECT_POLL_SECONDS = 0.5
@@ -22,7 +22,7 @@ CLIENT_CLOSED_REQUEST = 499
 async def respond(
     run: Run,
     request: Request,
-    shape: WireShape,
+    encoder: ResponseEncoder,
     *,
     stream: bool,
     stream_options: StreamOptions | None,
@@ -37,7 +37,7 @@ async def respond(
         )
         # "\n" line ends, as OpenAI sends them; some clients split events on "\n\n" only.
         return EventStream(
-            shape.sse(run, include_usage, every_chunk),
+            encoder.sse(run, include_usage, every_chunk),
             run,
             # On SIGTERM, let the stream finish for this long before it is cut (and aborted).
             shutdown_grace_seconds,
@@ -46,7 +46,7 @@ async def respond(
         )
     if not await _collect_unless_disconnected(run, request):
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    body = shape.response(run).model_dump_json()
+    body = encoder.response(run).model_dump_json()
     return Response(body, media_type="application/json", headers=headers)
 
 

@@ -11,6 +11,7 @@ from app.api.openapi_docs import ERRORS, GENERATION_RESPONSES
 from app.api.respond import respond
 from app.auto_tools import AutoToolChoice, AutoTurn
 from app.deps import GatewayDep, MoveAfterHeader, SpeculativeHeader
+from app.encoders.responses import ResponsesEncoder
 from app.engine.types import ChatMessage, SamplingOptions
 from app.errors import NotFoundError
 from app.gateway import Gateway
@@ -25,7 +26,6 @@ from app.schemas.responses import (
     ToolChoiceFunction,
 )
 from app.tool_calls import Function, ToolCallMode, tool_call_mode
-from app.wire.responses import ResponsesShape
 
 router = APIRouter()
 
@@ -60,7 +60,7 @@ async def create_response(
     return await respond(
         run,
         request,
-        ResponsesShape(body, gateway.model_id, mode, on_done=store, call_parser=call_parser),
+        ResponsesEncoder(body, gateway.model_id, mode, on_done=store, call_parser=call_parser),
         stream=body.stream,
         stream_options=None,
         shutdown_grace_seconds=gateway.shutdown_grace_seconds,

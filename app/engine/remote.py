@@ -17,16 +17,16 @@ import httpx
 from app.engine.base import EngineFacts, StopsOnExit
 from app.engine.capabilities import Refusal, combined, drafting_refusal, refusal_of
 from app.engine.coalesce import coalesced
-from app.engine.openai_wire import (
+from app.engine.tokenizing import RemoteTokenizer
+from app.engine.types import GenerationRequest, GenerationStep, Route, SamplingOptions
+from app.engine.upstream import Upstream, UpstreamPool, describe_error
+from app.engine.upstream_codec import (
     SSEParser,
     StreamDecoder,
     not_forwarded,
     request_body,
     upstream_error,
 )
-from app.engine.tokenizing import RemoteTokenizer
-from app.engine.types import GenerationRequest, GenerationStep, Route, SamplingOptions
-from app.engine.upstream import Upstream, UpstreamPool, describe_error
 from app.errors import (
     EngineFailureError,
     EngineUnavailableError,

@@ -1,18 +1,18 @@
-"""/v1/completions on the wire: the completion, its chunks, echo and legacy logprobs."""
+"""/v1/completions encoded: the completion, its chunks, echo and legacy logprobs."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from typing import Literal
 
+from app.encoders.common import finished_choices, public_finish, route_info, usage
+from app.encoders.sse import sse_events
 from app.engine.types import ChoiceDelta, PromptEcho, TokenLogprob
 from app.generation import ChoiceResult, Run
 from app.schemas.completions import Completion, CompletionChoice, CompletionLogprobs
-from app.wire.common import finished_choices, public_finish, route_info, usage
-from app.wire.sse import sse_events
 
 
-class CompletionsShape:
+class CompletionsEncoder:
     def __init__(self, model: str, *, with_logprobs: bool) -> None:
         self.model = model
         self.with_logprobs = with_logprobs

@@ -1,4 +1,4 @@
-"""/v1/responses on the wire: the Response object, and its typed stream of events.
+"""/v1/responses encoded: the Response object, and its typed stream of events.
 
 A stream follows OpenAI's sequence: response.created, response.in_progress, then per
 output item .output_item.added, (for text) .content_part.added, .output_text.delta ...
@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from app.encoders.common import route_info, speculative_usage
 from app.errors import SpecgateError, error_body
 from app.generation import Run
 from app.schemas.responses import (
@@ -39,7 +40,6 @@ from app.tool_calls import (
     ToolCallStream,
     parse_calls,
 )
-from app.wire.common import route_info, speculative_usage
 
 logger = logging.getLogger("specgate.streaming")
 
@@ -48,7 +48,7 @@ def item_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-class ResponsesShape:
+class ResponsesEncoder:
     def __init__(
         self,
         body: ResponseRequest,

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from app.engine.openai_wire import (
+from app.engine.types import GenerationRequest, GenerationStep, SamplingOptions, SpecDecodeStats
+from app.engine.upstream_codec import (
     CHAT_PATH,
     COMPLETIONS_PATH,
     SSEParser,
@@ -18,7 +19,6 @@ from app.engine.openai_wire import (
     request_body,
     upstream_error,
 )
-from app.engine.types import GenerationRequest, GenerationStep, SamplingOptions, SpecDecodeStats
 from app.errors import EngineFailureError, InvalidRequestError
 from tests.fake_upstream import FakeUpstream
 

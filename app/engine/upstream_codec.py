@@ -1,4 +1,5 @@
-"""specgate's requests in vLLM's OpenAI wire format, and vLLM's streamed answers back.
+"""The upstream codec: specgate's requests as vLLM's OpenAI server takes them, and its
+streamed answers back.
 
 Pure functions and a small stream decoder, with no I/O, so that the remote pool
 (`app.engine.remote`) only moves bytes and the mapping can be tested on its own.

@@ -12,8 +12,8 @@ from app.generation import ChoiceResult, Run
 from app.schemas.common import RouteInfo, RouteSegment, SpeculativeUsage, Usage
 
 
-class WireShape(Protocol):
-    """One endpoint family's shapes for a run: its whole response, and its stream."""
+class ResponseEncoder(Protocol):
+    """One endpoint family's encoder for a run: its whole response, and its stream."""
 
     def response(self, run: Run) -> BaseModel:
         """The whole response of a finished run."""
@@ -27,7 +27,7 @@ class WireShape(Protocol):
         ...
 
 
-class ChunkShape(WireShape, Protocol):
+class ChunkEncoder(ResponseEncoder, Protocol):
     """A family that streams chunks of its response (chat, completions), ended by [DONE]."""
 
     def chunk(self, delta: ChoiceDelta, first: bool, run: Run) -> BaseModel | None:

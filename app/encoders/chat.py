@@ -1,10 +1,12 @@
-"""/v1/chat/completions on the wire: the completion, its chunks, and chat-shaped logprobs."""
+"""/v1/chat/completions encoded: the completion, its chunks, and chat-shaped logprobs."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Literal
 
+from app.encoders.common import finished_choices, public_finish, route_info, usage
+from app.encoders.sse import sse_events
 from app.engine.types import ChoiceDelta, TokenLogprob
 from app.generation import Run
 from app.schemas.chat import (
@@ -31,14 +33,12 @@ from app.tool_calls import (
     ToolCallStream,
     parse_calls,
 )
-from app.wire.common import finished_choices, public_finish, route_info, usage
-from app.wire.sse import sse_events
 
 # What OpenAI reports for a token with no usable log probability.
 UNLIKELY = -9999.0
 
 
-class ChatShape:
+class ChatEncoder:
     """Chat completions; with a tool-call mode, each choice's output is read as calls."""
 
     def __init__(

@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from app.encoders.common import ChunkEncoder, route_info, usage
 from app.errors import SpecgateError, error_body
 from app.generation import Run
-from app.wire.common import ChunkShape, route_info, usage
 
 logger = logging.getLogger("specgate.streaming")
 
@@ -35,7 +35,7 @@ DONE_EVENT = data_event(DONE)
 
 
 async def sse_events(
-    run: Run, shape: ChunkShape, include_usage: bool, every_chunk: bool = False
+    run: Run, encoder: ChunkEncoder, include_usage: bool, every_chunk: bool = False
 ) -> AsyncIterator[bytes]:
     """The SSE events of one streamed response; `every_chunk`: each chunk carries the usage
     so far (vLLM's continuous_usage_stats). Closing it early aborts the request."""
@@ -50,7 +50,7 @@ async def sse_events(
                 empty = not delta.text and not delta.logprobs and delta.finish_reason is None
                 if empty and delta.index in started:
                     continue
-                chunk = shape.chunk(delta, delta.index not in started, run)
+                chunk = encoder.chunk(delta, delta.index not in started, run)
                 started.add(delta.index)
                 if chunk is not None:
                     chunks.append(chunk)
@@ -63,7 +63,7 @@ async def sse_events(
                     chunk.usage = so_far
                 yield _event(chunk, include_usage)
         if include_usage:
-            yield _event(shape.usage_chunk(run), include_usage)
+            yield _event(encoder.usage_chunk(run), include_usage)
     except SpecgateError as exc:
         yield _error_event(exc.body())
     except Exception:

@@ -1,1 +1,0 @@
-"""Wire shapes: one module per endpoint family, from a `Run` to OpenAI's bodies and chunks."""
