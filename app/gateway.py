@@ -185,7 +185,7 @@ class Gateway:
         return {
             route: refusal
             for route, engine in self.engines.items()
-            if (refusal := engine.refusal(options)) is not None
+            if (refusal := engine.servable(options)) is not None
         }
 
     def _around_dead_engine(

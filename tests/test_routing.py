@@ -7,7 +7,7 @@ import random
 import pytest
 
 from app.engine.capabilities import Refusal
-from app.engine.types import Route, SpecDecodeStats
+from app.engine.types import Route, SamplingOptions, SpecDecodeStats
 from app.errors import InvalidRequestError
 from app.routing.classify import WorkloadClass, classify
 from app.routing.features import extract_features
@@ -299,3 +299,20 @@ def test_a_requests_own_drafting_counts_in_proportion_to_its_evidence() -> None:
     # Evidence as strong as the class's own halves the way.
     even = per_token(1.0, CLASS_YIELD_WEIGHT_STEPS)
     assert even == pytest.approx(usual * 3 / 2, rel=1e-6)
+
+
+def test_one_answer_to_what_a_drafting_engine_serves() -> None:
+    from app.engine.capabilities import drafting_refusal
+    from app.engine.fake import FakeEngine
+    from app.engine.route_view import route_views
+
+    sampled = SamplingOptions(temperature=0.7, min_p=0.1, logit_bias={5: 1.0}, top_k=4)
+    refused = drafting_refusal(sampled)
+    assert refused is not None and set(refused.fields) == {"min_p", "logit_bias", "top_k"}
+    # A request that never drafts is served everything; min_p cuts nothing from greedy.
+    assert drafting_refusal(sampled, draft_length=0) is None
+    assert drafting_refusal(SamplingOptions(temperature=0, min_p=0.1)) is None
+    views = route_views(FakeEngine("speculative", per_request_draft_length=True))
+    assert views["plain"].servable(sampled) is None
+    assert views["speculative"].servable(sampled) == refused
+    assert views["speculative"].servable(sampled, draft_length=0) is None

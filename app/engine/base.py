@@ -46,10 +46,12 @@ class Engine(Protocol):
         """
         ...
 
-    def refusal(self, options: SamplingOptions) -> Refusal | None:
-        """The fields of a request with these options that this engine cannot serve, if any.
+    def servable(self, options: SamplingOptions, draft_length: int | None = None) -> Refusal | None:
+        """The fields of a request with these options (and this draft length; None: the
+        engine's choice) that this engine cannot serve; None when it serves them all.
 
-        Cheap and side-effect free: the router asks every route before choosing one.
+        Cheap and side-effect free: the router asks every route before choosing one, and the
+        engine asks again of the request it is given.
         """
         ...
 

@@ -1,6 +1,6 @@
 """What an engine cannot serve, so the router can send a request where it can be served.
 
-Each engine answers for itself (`Engine.refusal`): a speculative vLLM engine cannot apply
+Each engine answers for itself (`Engine.servable`): a speculative vLLM engine cannot apply
 some sampling fields while it drafts, and a remote route does not read logprobs back. The
 router asks every route before choosing one, and a client's pinned route that refuses the
 request gets a 400 naming the fields.
@@ -30,9 +30,13 @@ def refusal_of(fields: list[str], why: str) -> Refusal | None:
 
 
 def drafting_refusal(
-    options: SamplingOptions, applies_sampling_fields_at_drafts: bool = False
+    options: SamplingOptions,
+    applies_sampling_fields_at_drafts: bool = False,
+    draft_length: int | None = None,
 ) -> Refusal | None:
-    """The sampling fields vLLM 0.32 cannot serve on a request that drafts.
+    """The sampling fields vLLM 0.32 cannot serve on a request that drafts; nothing for one
+    that never does (draft length 0). A draft length of None is the scheduler's choice, which
+    may draft.
 
     min_p and logit_bias are refused there by the V1 model runner (its rejection sampler
     does not apply them at drafted positions; Model Runner V2's does, so an engine on V2
@@ -40,8 +44,12 @@ def drafting_refusal(
     killed a CPU engine core (an empty tensor in the rejection sampler's top-k step; found
     by tests/engine fuzzing), so it stays off drafting requests too.
     """
+    if draft_length == 0:
+        return None
     names = ("top_k",) if applies_sampling_fields_at_drafts else ("min_p", "logit_bias", "top_k")
-    fields = [name for name in names if getattr(options, name)]
+    # min_p cuts nothing from a greedy choice.
+    greedy = options.temperature == 0
+    fields = [n for n in names if getattr(options, n) and not (n == "min_p" and greedy)]
     return refusal_of(fields, "not supported while drafting")
 
 

@@ -150,9 +150,11 @@ class FakeEngine(StopsOnExit):
         # Pretend every other draft token was accepted.
         return SpecDecodeStats(drafts=tokens, draft_tokens=2 * tokens, accepted_tokens=tokens)
 
-    def refusal(self, options: SamplingOptions) -> Refusal | None:
+    def servable(self, options: SamplingOptions, draft_length: int | None = None) -> Refusal | None:
         # As vLLM: the speculative engine cannot apply some sampling fields while drafting.
-        return drafting_refusal(options) if self.route == "speculative" else None
+        if self.route != "speculative":
+            return None
+        return drafting_refusal(options, draft_length=draft_length)
 
     def unfinished_requests(self) -> int:
         return len(self.active)

@@ -130,7 +130,7 @@ class RemoteEngine(StopsOnExit):
                 self.pool.release(upstream)
         raise error or EngineUnavailableError(self._unavailable())
 
-    def refusal(self, options: SamplingOptions) -> Refusal | None:
+    def servable(self, options: SamplingOptions, draft_length: int | None = None) -> Refusal | None:
         # An upstream that drafts has vLLM's own limits on sampling fields.
         drafting = drafting_refusal(options) if self.route == "speculative" else None
         return combined(self._not_forwarded(options), drafting)

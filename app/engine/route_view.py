@@ -36,9 +36,9 @@ class RouteView(StopsOnExit):
         finally:
             self._open -= 1
 
-    def refusal(self, options: SamplingOptions) -> Refusal | None:
-        # Draft length 0 samples as a plain engine does: every field can be served.
-        return None if self.route == "plain" else self.engine.refusal(options)
+    def servable(self, options: SamplingOptions, draft_length: int | None = None) -> Refusal | None:
+        # The plain route's requests carry draft length 0: they sample as a plain engine does.
+        return self.engine.servable(options, 0 if self.route == "plain" else draft_length)
 
     def unfinished_requests(self) -> int:
         return self._open

@@ -220,12 +220,13 @@ class VllmEngine(StopsOnExit):
             with contextlib.suppress(Exception):
                 await self._llm.abort(request_id)
 
-    def refusal(self, options: SamplingOptions) -> Refusal | None:
-        # A request that drafts cannot have some sampling fields; on the plain route of
-        # --engine-layout one a request never drafts (see RouteView).
+    def servable(self, options: SamplingOptions, draft_length: int | None = None) -> Refusal | None:
+        # A request that drafts cannot have some sampling fields; one with draft length 0 (the
+        # plain route of --engine-layout one) never drafts.
         if not self.per_request_draft_length:
             return None
-        return drafting_refusal(options, self.runner.applies_sampling_fields_at_drafts)
+        fields_at_drafts = self.runner.applies_sampling_fields_at_drafts
+        return drafting_refusal(options, fields_at_drafts, draft_length)
 
     def unfinished_requests(self) -> int:
         return 0 if self._llm is None else self._llm.get_num_unfinished_requests()
@@ -282,22 +283,14 @@ class VllmEngine(StopsOnExit):
         return list(self._tokenizer.encode(str(text), add_special_tokens=False))
 
     def _check_servable(self, options: SamplingOptions, draft_length: int | None) -> None:
-        # vLLM 0.32 does not apply these at drafted positions, so a speculative engine serves
-        # them only to requests that never draft (draft length 0: the plain route of
-        # --engine-layout one; see draft_length). The gateway routes such requests there.
-        greedy = options.temperature == 0
-        fields = [
-            name
-            for name, value in (("logit_bias", options.logit_bias), ("min_p", options.min_p))
-            if value and not (name == "min_p" and greedy)
-        ]
-        if self.runner.applies_sampling_fields_at_drafts:
-            return
-        if self.per_request_draft_length and fields and draft_length != 0:
+        # The gateway routes such requests where they can be served; this is the engine's
+        # own guard for one that reaches it anyway.
+        refused = self.servable(options, draft_length)
+        if refused is not None:
             raise InvalidRequestError(
-                f"{' and '.join(fields)} cannot be used while drafting: vLLM does not apply "
-                "them to drafted tokens; send X-Speculative: off or auto",
-                param=fields[0],
+                f"{refused.names} cannot be used while drafting: vLLM does not apply them to "
+                "drafted tokens; send X-Speculative: off or auto",
+                param=refused.fields[0],
                 code="unsupported_with_speculation",
             )
 
