@@ -36,7 +36,7 @@ async def _repeated(steps: AsyncIterator[GenerationStep], n: int) -> AsyncIterat
         async for step in steps:
             # The drafting figures belong to the one real request: keep them on choice 0.
             choices = [
-                replace(c, index=i, spec=c.spec if i == 0 else None)
+                replace(c, index=i, draft_stats=c.draft_stats if i == 0 else None)
                 for c in step.choices
                 for i in range(n)
             ]

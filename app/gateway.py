@@ -28,6 +28,7 @@ from app.in_flight import InFlight
 from app.metrics import GatewayMetrics
 from app.request_spec import RequestSpec
 from app.response_store import ResponseStore
+from app.routing.draft_replay import NgramConfig
 from app.routing.features import RequestFeatures, extract_features
 from app.routing.learner import Observation
 from app.routing.load_model import Load
@@ -40,7 +41,6 @@ from app.routing.policy import (
     parse_header,
     propose_move,
 )
-from app.routing.shadow_drafter import NgramConfig
 from app.switching import MoveContext, Mover, not_movable
 
 logger = logging.getLogger("specgate.requests")
@@ -59,7 +59,7 @@ class Gateway:
     log_requests: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
     # The speculative engine's ngram settings, for the shadow drafter (None: not ngram).
-    shadow: NgramConfig | None = None
+    ngram: NgramConfig | None = None
     # Let auto-routed requests move between engines mid-stream.
     mid_stream: bool = False
     # What an absent max_tokens means, and the most a request may ask for (None: no limit).
@@ -256,8 +256,8 @@ class Gateway:
             self.in_flight.remove(run.route, sequences)
             self._finished(run, others)
 
-        shadow = self.shadow if sequences == 1 else None
-        run = await Run.start(steps, decision, endpoint, finished, request_id, shadow, mover)
+        ngram = self.ngram if sequences == 1 else None
+        run = await Run.start(steps, decision, endpoint, finished, request_id, ngram, mover)
         self._running[run] = expected * sequences
         return run
 
@@ -269,7 +269,7 @@ class Gateway:
         move_after: int | None,
     ) -> Mover | None:
         """A mover for a request that may change engines mid-stream, or None."""
-        if not self.mid_stream or self.shadow is None or len(requests) != 1:
+        if not self.mid_stream or self.ngram is None or len(requests) != 1:
             return None
         if self.policy.adaptive and move_after is None:
             return None  # one engine re-chooses the length every step: nothing to move for
@@ -278,7 +278,7 @@ class Gateway:
         if (
             other is None
             or not other.is_alive()
-            or not_movable(request, decision.basis, self.shadow, forced=move_after is not None)
+            or not_movable(request, decision.basis, self.ngram, forced=move_after is not None)
         ):
             return None
         workload = decision.workload_class
@@ -312,7 +312,7 @@ class Gateway:
             request,
             decision.route,
             decision.reason,
-            self.shadow,
+            self.ngram,
             policy,
             moved,
             expected,
@@ -344,18 +344,18 @@ class Gateway:
                 learner.observe(observation)
             if run.time_to_first_token is not None:
                 learner.observe_prefill(run.route, run.prompt_tokens, run.time_to_first_token)
-        shadow = run.shadow
+        replay = run.draft_replay
         # An adaptive run drafted what the engine chose to: its class learns from the
         # replay of drafting every step instead, as a plain run's does.
         replayed = run.route == "plain" or run.decision.basis == "adaptive"
-        if run.spec is not None and not (replayed and shadow is not None):
-            learner.observe_acceptance(run.decision.workload_class, run.spec)
-        if replayed and not run.moved and shadow is not None and shadow.steps:
+        if run.draft_stats is not None and not (replayed and replay is not None):
+            learner.observe_acceptance(run.decision.workload_class, run.draft_stats)
+        if replayed and not run.moved and replay is not None and replay.steps:
             # What drafting would have yielded, learned without sending the request there.
-            learner.observe_shadow(
-                run.decision.workload_class, shadow.recent_tokens_per_step(shadow.steps) or 1.0
+            learner.observe_replay(
+                run.decision.workload_class, replay.recent_tokens_per_step(replay.steps) or 1.0
             )
-            learner.observe_acceptance(run.decision.workload_class, shadow.stats)
+            learner.observe_acceptance(run.decision.workload_class, replay.stats)
 
 
 def observe(run: Run, others: Load) -> Observation | None:
@@ -369,7 +369,7 @@ def observe(run: Run, others: Load) -> Observation | None:
     later_tokens = run.completion_tokens - 1  # the first comes from the prompt's prefill
     if later_tokens <= 0:
         return None
-    accepted = run.spec.accepted_tokens if run.spec is not None else 0
+    accepted = run.draft_stats.accepted_tokens if run.draft_stats is not None else 0
     # vLLM counts a last draft's accepted tokens before max_tokens or a stop trims the
     # output, so accepted tokens can outnumber the tokens that arrived.
     steps = max(1, later_tokens - accepted)

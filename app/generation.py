@@ -18,8 +18,8 @@ from app.engine.types import (
     TokenLogprob,
 )
 from app.errors import EngineFailureError, SpecgateError
+from app.routing.draft_replay import DraftReplay, NgramConfig
 from app.routing.policy import RouteDecision
-from app.routing.shadow_drafter import NgramConfig, ShadowDrafter
 from app.switching import Mover
 
 logger = logging.getLogger("specgate.generation")
@@ -54,15 +54,15 @@ class Run:
     created: int = field(default_factory=lambda: int(time.time()))
     prompt_tokens: int = 0
     choices: dict[int, ChoiceResult] = field(default_factory=dict)
-    spec: SpecDecodeStats | None = None
+    draft_stats: SpecDecodeStats | None = None
     started_at: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
     finished_at: float | None = None
     failed: bool = False
     # Replays the output through an ngram drafter: what drafting gives this request, on
     # either route. Set for single-sequence runs on engines that expose token ids.
-    shadow: ShadowDrafter | None = None
-    shadow_config: NgramConfig | None = None
+    draft_replay: DraftReplay | None = None
+    ngram: NgramConfig | None = None
     # Set when the request may move between engines mid-stream: its segments.
     mover: Mover | None = None
     _steps: AsyncIterator[GenerationStep] | None = None
@@ -79,7 +79,7 @@ class Run:
         endpoint: Endpoint,
         on_finish: Callable[[Run], None],
         request_id: str = "",
-        shadow: NgramConfig | None = None,
+        ngram: NgramConfig | None = None,
         mover: Mover | None = None,
     ) -> Run:
         """Wait for the first of the engine's `steps` (its request is submitted by then).
@@ -87,7 +87,7 @@ class Run:
         Errors the engine finds in the request surface here, while the caller can still
         answer with an error status instead of a broken stream.
         """
-        run = cls(decision, endpoint, on_finish, request_id, shadow_config=shadow, mover=mover)
+        run = cls(decision, endpoint, on_finish, request_id, ngram=ngram, mover=mover)
         run._steps = steps
         try:
             run._first = await anext(run._steps)
@@ -188,19 +188,19 @@ class Run:
         steps, self._steps = self._steps, None
         await steps.aclose()  # type: ignore[attr-defined]
         self.finished_at = time.monotonic()
-        if self.shadow is not None:
-            self.shadow.finish()
+        if self.draft_replay is not None:
+            self.draft_replay.finish()
         self.on_finish(self)
 
     def _account(self, step: GenerationStep) -> None:
         self.prompt_tokens = step.prompt_tokens
         if self.mover is not None:
-            self.shadow = self.mover.replay  # the mover replays the output as it moves it
-        elif step.prompt_token_ids is not None and self.shadow_config and len(step.choices) == 1:
-            self.shadow = ShadowDrafter(step.prompt_token_ids, self.shadow_config)
+            self.draft_replay = self.mover.replay  # the mover replays the output as it moves it
+        elif step.prompt_token_ids is not None and self.ngram and len(step.choices) == 1:
+            self.draft_replay = DraftReplay(step.prompt_token_ids, self.ngram)
         for delta in step.choices:
-            if self.shadow is not None and self.mover is None:
-                self.shadow.feed(delta.token_ids)
+            if self.draft_replay is not None and self.mover is None:
+                self.draft_replay.feed(delta.token_ids)
             choice = self.choices.setdefault(delta.index, ChoiceResult())
             choice.text += delta.text
             choice.tokens += delta.new_tokens
@@ -212,5 +212,6 @@ class Run:
                 self.first_token_at = time.monotonic()
             if delta.finish_reason is not None:
                 choice.finish_reason = delta.finish_reason
-            if delta.spec is not None:
-                self.spec = delta.spec if self.spec is None else self.spec + delta.spec
+            stats, before = delta.draft_stats, self.draft_stats
+            if stats is not None:
+                self.draft_stats = stats if before is None else before + stats

@@ -23,9 +23,9 @@ from app.gateway import Gateway
 from app.metrics import GatewayMetrics
 from app.response_store import ResponseStore
 from app.routing.classify import WorkloadClass
+from app.routing.draft_replay import NgramConfig
 from app.routing.learner import Learner
 from app.routing.policy import RoutePolicy, RoutingRules
-from app.routing.shadow_drafter import NgramConfig
 from app.settings import Settings
 
 logger = logging.getLogger("specgate")
@@ -68,7 +68,7 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         policy,
         shutdown_grace_seconds=settings.shutdown_grace_seconds,
         log_requests=settings.log_requests,
-        shadow=shadow_config(settings, engines),
+        ngram=ngram_config(settings, engines),
         mid_stream=settings.routing_mid_stream == "on",
         max_draft_length=max_draft_length(settings),
         auto_tools=auto_tool_choice(settings, engines),
@@ -124,8 +124,8 @@ def max_draft_length(settings: Settings) -> int | None:
     return int(settings.engine_speculative_config()["num_speculative_tokens"])
 
 
-def shadow_config(settings: Settings, engines: Mapping[Route, Engine]) -> NgramConfig | None:
-    """The speculative engine's prompt lookup, for the shadow drafter; None if not ngram."""
+def ngram_config(settings: Settings, engines: Mapping[Route, Engine]) -> NgramConfig | None:
+    """The speculative engine's prompt lookup, for the draft replay; None if not ngram."""
     config = settings.engine_speculative_config()
     facts = [engine.facts for engine in engines.values()]
     if not all(fact.exposes_token_ids for fact in facts):
@@ -133,7 +133,7 @@ def shadow_config(settings: Settings, engines: Mapping[Route, Engine]) -> NgramC
     max_model_len = min((fact.max_model_len or 0 for fact in facts), default=0)
     if config.get("method") != "ngram" or max_model_len <= 0:
         return None
-    if not all(fact.shadow_drafter_matches for fact in facts):
+    if not all(fact.draft_replay_matches for fact in facts):
         logger.warning(
             "shadow drafting is off: it replays the V1 model runner's n-gram proposer, and "
             "the speculative engine runs Model Runner V2, whose n-gram speculator differs "

@@ -183,7 +183,7 @@ class GatewayMetrics:
             self.inter_token_latency.labels(route=route).observe(run.inter_token_latency)
         self.prompt_tokens.labels(route=route).inc(run.prompt_tokens)
         self.completion_tokens.labels(route=route).inc(run.completion_tokens)
-        spec = run.mover.speculative_stats() if run.mover is not None else run.spec
+        spec = run.mover.speculative_stats() if run.mover is not None else run.draft_stats
         if spec is not None:
             self._record_spec("speculative", workload, spec)
 

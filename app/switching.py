@@ -23,8 +23,8 @@ from app.engine.types import (
     SpecDecodeStats,
     other_route,
 )
+from app.routing.draft_replay import DraftReplay, NgramConfig
 from app.routing.policy import MoveProposal
-from app.routing.shadow_drafter import NgramConfig, ShadowDrafter
 
 logger = logging.getLogger("specgate.switching")
 
@@ -52,7 +52,7 @@ class Segment:
     # The speculative engine's figures; for a segment moved away (vLLM reports per-request
     # figures only when a request finishes), the shadow drafter's replay of its tokens,
     # which matches the ngram engine's (tests/engine/test_engines.py).
-    spec: SpecDecodeStats | None = None
+    draft_stats: SpecDecodeStats | None = None
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ MoveListener = Callable[[Route, Route, MoveProposal], None]
 
 
 def not_movable(
-    request: GenerationRequest, basis: str, shadow: NgramConfig | None, forced: bool = False
+    request: GenerationRequest, basis: str, ngram: NgramConfig | None, forced: bool = False
 ) -> str | None:
     """Why this request must stay where it started, or None if it may move.
 
@@ -86,7 +86,7 @@ def not_movable(
     reasons = {
         # Moves are judged by the shadow drafter: it needs ngram drafting and token ids.
         "no shadow drafter (not ngram speculation, or an engine without token ids)": (
-            shadow is None
+            ngram is None
         ),
         "n > 1": options.n > 1,
         # The grammar's state would restart on the other engine.
@@ -111,7 +111,7 @@ class Mover:
     request: GenerationRequest
     first_route: Route
     first_reason: str
-    shadow: NgramConfig
+    ngram: NgramConfig
     policy: MovePolicy
     on_move: MoveListener
     expected_tokens: float
@@ -120,14 +120,15 @@ class Mover:
     segments: list[Segment] = field(default_factory=list)
     # The whole output replayed through the ngram drafter: what drafting gives the request
     # now. The run reports it as its shadow (one replay per request, not two).
-    replay: ShadowDrafter | None = None
+    replay: DraftReplay | None = None
 
     @property
     def route(self) -> Route:
         return self.segments[-1].route if self.segments else self.first_route
 
     def speculative_stats(self) -> SpecDecodeStats | None:
-        figures = [s.spec for s in self.segments if s.route == "speculative" and s.spec]
+        speculative = (s for s in self.segments if s.route == "speculative")
+        figures = [s.draft_stats for s in speculative if s.draft_stats]
         if not figures:
             return None
         total = figures[0]
@@ -143,7 +144,7 @@ class Mover:
         prompt_ids: tuple[int, ...] | None = None
         output: list[int] = []
         # A speculative segment's own replay: its figures if it is moved away.
-        part: ShadowDrafter | None = None
+        part: DraftReplay | None = None
         next_check = FIRST_CHECK_TOKENS
         while True:
             proposal: MoveProposal | None = None
@@ -152,9 +153,9 @@ class Mover:
                 async for step in stream:
                     if prompt_ids is None:
                         prompt_ids = step.prompt_token_ids or ()
-                        self.replay = ShadowDrafter(prompt_ids, self.shadow)
+                        self.replay = DraftReplay(prompt_ids, self.ngram)
                     if part is None and segment.route == "speculative":
-                        part = ShadowDrafter((*prompt_ids, *output), self.shadow)
+                        part = DraftReplay((*prompt_ids, *output), self.ngram)
                     original_prompt = step.prompt_token_ids if not output else None
                     for delta in step.choices:
                         output.extend(delta.token_ids)
@@ -163,8 +164,8 @@ class Mover:
                             part.feed(delta.token_ids)
                         if self.replay is not None:
                             self.replay.feed(delta.token_ids)
-                        if delta.spec is not None:
-                            segment.spec = delta.spec
+                        if delta.draft_stats is not None:
+                            segment.draft_stats = delta.draft_stats
                     yield replace(
                         step, prompt_tokens=len(prompt_ids), prompt_token_ids=original_prompt
                     )
@@ -181,9 +182,9 @@ class Mover:
                 await stream.aclose()  # type: ignore[attr-defined]  # aborts an unfinished request
             if proposal is None or prompt_ids is None:
                 return
-            if part is not None and segment.spec is None:
+            if part is not None and segment.draft_stats is None:
                 part.finish()
-                segment.spec = part.stats
+                segment.draft_stats = part.stats
             logger.info("request %s moves: %s", self.request.request_id, proposal.reason)
             self.on_move(segment.route, proposal.route, proposal)
             segment = Segment(proposal.route, proposal.reason)

@@ -38,7 +38,7 @@ async def paced(
 
 def test_merging_joins_text_sums_tokens_and_keeps_the_finish_per_choice() -> None:
     spec = SpecDecodeStats(drafts=2, draft_tokens=10, accepted_tokens=4)
-    last = ChoiceDelta(0, "c", 1, "stop", spec=spec, logprobs=(TokenLogprob("c", -0.1),))
+    last = ChoiceDelta(0, "c", 1, "stop", draft_stats=spec, logprobs=(TokenLogprob("c", -0.1),))
     steps = [
         GenerationStep(3, [ChoiceDelta(0, "a", 1, logprobs=(TokenLogprob("a", -1.0),))], (1, 2, 3)),
         GenerationStep(3, [ChoiceDelta(1, "x", 2, token_ids=(7, 8))]),
@@ -48,7 +48,7 @@ def test_merging_joins_text_sums_tokens_and_keeps_the_finish_per_choice() -> Non
     assert merged.prompt_token_ids == (1, 2, 3)
     first, second = merged.choices
     assert (first.index, first.text, first.new_tokens, first.finish_reason) == (0, "ac", 2, "stop")
-    assert first.spec == spec
+    assert first.draft_stats == spec
     assert [lp.token for lp in first.logprobs or ()] == ["a", "c"]
     assert (second.index, second.text, second.new_tokens) == (1, "xy", 3)
     assert (second.finish_reason, second.token_ids) == ("length", (7, 8, 9))

@@ -16,7 +16,7 @@ from app.engine.base import EngineFacts
 from app.engine.capabilities import drafting_refusal
 from app.engine.model_runner import RUNNER_VARIABLE, pinned_runner, runner_of
 from app.engine.types import SamplingOptions
-from app.main import shadow_config
+from app.main import ngram_config
 from app.settings import Settings
 from tests.tiny_llama import tiny_llama_folder
 
@@ -68,10 +68,10 @@ def test_what_a_drafting_request_may_carry_follows_the_runner() -> None:
 
 def test_the_shadow_drafter_steps_aside_when_the_engine_runs_v2() -> None:
     def engine(use_v2: bool) -> SimpleNamespace:
-        matches = runner_of(use_v2).shadow_drafter_matches
-        facts = EngineFacts(2048, exposes_token_ids=True, shadow_drafter_matches=matches)
+        matches = runner_of(use_v2).draft_replay_matches
+        facts = EngineFacts(2048, exposes_token_ids=True, draft_replay_matches=matches)
         return SimpleNamespace(facts=facts)
 
     settings = Settings()
-    assert shadow_config(settings, {"speculative": engine(False), "plain": engine(False)})
-    assert shadow_config(settings, {"speculative": engine(True), "plain": engine(False)}) is None
+    assert ngram_config(settings, {"speculative": engine(False), "plain": engine(False)})
+    assert ngram_config(settings, {"speculative": engine(True), "plain": engine(False)}) is None

@@ -281,7 +281,7 @@ def test_a_requests_own_drafting_counts_in_proportion_to_its_evidence() -> None:
     from app.routing.policy import CLASS_YIELD_WEIGHT_STEPS
 
     learner = Learner()
-    learner.observe_shadow(WorkloadClass.STRUCTURED, 3.0)  # the class drafts 3 tokens a step
+    learner.observe_replay(WorkloadClass.STRUCTURED, 3.0)  # the class drafts 3 tokens a step
     routed = router(learner)
 
     def per_token(drafting_now: float | None, steps: int) -> float:

@@ -12,8 +12,8 @@ from app.engine.types import (
     Route,
     SamplingOptions,
 )
+from app.routing.draft_replay import NgramConfig
 from app.routing.policy import MoveProposal
-from app.routing.shadow_drafter import NgramConfig
 from app.switching import FIRST_CHECK_TOKENS, MoveContext, Mover, not_movable
 
 NGRAM = NgramConfig(k=3, min_n=2, max_n=3, max_model_len=1000)
@@ -85,8 +85,8 @@ async def test_a_speculative_segment_moved_away_reports_its_replayed_drafting() 
     assert [s.route for s in made.segments] == ["speculative", "plain"]
     # vLLM reports figures only for finished requests; the shadow replay of the segment's
     # five tokens stands in (a count has no repeated n-gram: nothing drafted).
-    assert made.segments[0].spec is not None
-    assert made.speculative_stats() == made.segments[0].spec
+    assert made.segments[0].draft_stats is not None
+    assert made.speculative_stats() == made.segments[0].draft_stats
 
 
 async def test_the_policy_moves_at_checkpoints_only() -> None:

@@ -103,7 +103,7 @@ def test_a_chat_stream_becomes_steps_with_token_counts() -> None:
     ]
     assert all(step.prompt_tokens == 7 for step in steps)
     # The figures arrive after the finishing chunk; they ride on the final delta.
-    assert steps[-1].choices[0].spec == SpecDecodeStats(drafts=2, draft_tokens=10,
+    assert steps[-1].choices[0].draft_stats == SpecDecodeStats(drafts=2, draft_tokens=10,
                                                         accepted_tokens=4)  # fmt: skip
 
 
@@ -117,7 +117,7 @@ def test_a_completions_stream_with_two_choices() -> None:
             tokens[delta.index] = tokens.get(delta.index, 0) + delta.new_tokens
     assert texts == {0: " one two three", 1: " one two three"}
     assert tokens == {0: 3, 1: 3}
-    assert all(delta.spec is None for step in steps for delta in step.choices)
+    assert all(delta.draft_stats is None for step in steps for delta in step.choices)
 
 
 def test_a_stream_that_ends_before_the_answer_is_a_failure() -> None:

@@ -48,7 +48,7 @@ def speculative_usage(run: Run) -> SpeculativeUsage | None:
         return None
     # None: the engine gave no figures (a remote upstream without per-request metrics, or
     # n > 1 there): say nothing rather than report zero acceptance.
-    return _usage_of(run.spec)
+    return _usage_of(run.draft_stats)
 
 
 def _usage_of(spec: SpecDecodeStats | None) -> SpeculativeUsage | None:
@@ -79,7 +79,7 @@ def route_info(run: Run) -> RouteInfo:
         workload_class=decision.workload_class.value,
         reason=decision.reason,
         speculative_decoding=speculative_usage(run),
-        shadow_drafting=_usage_of(run.shadow.stats if run.shadow is not None else None),
+        shadow_drafting=_usage_of(run.draft_replay.stats if run.draft_replay is not None else None),
         segments=None
         if run.mover is None
         else [

@@ -27,7 +27,7 @@ class EngineFacts:
     tokenizing: TokenizerService | None = None
     # The shadow drafter replays this engine's n-gram proposer faithfully (not on Model
     # Runner V2, whose speculator differs).
-    shadow_drafter_matches: bool = True
+    draft_replay_matches: bool = True
 
 
 class Engine(Protocol):

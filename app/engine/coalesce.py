@@ -89,7 +89,7 @@ def _joined(deltas: list[ChoiceDelta]) -> ChoiceDelta:
         new_tokens=sum(delta.new_tokens for delta in deltas),
         # Only a choice's last delta finishes it, and carries its speculative figures.
         finish_reason=deltas[-1].finish_reason,
-        spec=deltas[-1].spec,
+        draft_stats=deltas[-1].draft_stats,
         logprobs=logprobs,
         echo=deltas[0].echo,
         token_ids=tuple(token for delta in deltas for token in delta.token_ids),

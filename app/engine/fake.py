@@ -139,7 +139,7 @@ class FakeEngine(StopsOnExit):
             text=text,
             new_tokens=1,
             finish_reason=finish,
-            spec=self._spec(position + 1) if finish is not None else None,
+            draft_stats=self._spec(position + 1) if finish is not None else None,
             logprobs=logprobs,
             echo=echo,
         )

@@ -4,14 +4,14 @@ vLLM 0.32 runs Model Runner V2 (vllm/v1/worker/gpu/) by default on CUDA wherever
 installed, and V1 elsewhere (CPUs). specgate's speculative engines are built on V1:
 
 - the worker patches (app/engine/draft_worker.py) target V1's runner and sampler;
-- the shadow drafter (app/routing/shadow_drafter.py) replays V1's n-gram proposer, while
+- the draft replay (app/routing/draft_replay.py) replays V1's n-gram proposer, while
   V2's n-gram speculator takes the rightmost match and always proposes K;
 - per-request draft lengths under async scheduling were read against V1's input
   preparation (`_prepare_input_ids` verifies, per request, the drafts scheduled).
 
 So a speculative engine is pinned to V1 (`VLLM_USE_V2_MODEL_RUNNER=0` in the environment its
 engine core is spawned with) unless the operator set that variable: an explicit choice wins,
-and then what the engine may serve and whether the shadow drafter runs follow the runner in
+and then what the engine may serve and whether the draft replay runs follow the runner in
 use (`RunnerFacts`). Plain engines keep vLLM's default.
 """
 
@@ -53,7 +53,7 @@ class RunnerFacts:
         return self.runner == "v2"
 
     @property
-    def shadow_drafter_matches(self) -> bool:
+    def draft_replay_matches(self) -> bool:
         # The shadow drafter replays V1's n-gram proposer (leftmost match, drafts only as
         # far as the match goes); V2's would be mispredicted.
         return self.runner == "v1"

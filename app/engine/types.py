@@ -131,7 +131,7 @@ class ChoiceDelta:
     new_tokens: int
     finish_reason: FinishReason | None = None
     # Set on the final delta of a choice served by a speculative engine.
-    spec: SpecDecodeStats | None = None
+    draft_stats: SpecDecodeStats | None = None
     # One entry per new token, when the request asked for logprobs.
     logprobs: tuple[TokenLogprob, ...] | None = None
     # On the first delta of each choice of an echo request.

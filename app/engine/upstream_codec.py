@@ -200,7 +200,7 @@ class StreamDecoder:
             return
         if spec is not None:
             last = held.choices[-1]
-            held = replace(held, choices=[*held.choices[:-1], replace(last, spec=spec)])
+            held = replace(held, choices=[*held.choices[:-1], replace(last, draft_stats=spec)])
         yield replace(held, prompt_tokens=self.prompt_tokens)
 
 

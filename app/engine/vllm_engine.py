@@ -140,7 +140,7 @@ class VllmEngine(StopsOnExit):
             per_request_draft_length=self.per_request_draft_length,
             tokenizer=self._tokenizer,
             tokenizing=LocalTokenizer(self._tokenizer, self.max_model_len),
-            shadow_drafter_matches=runner.shadow_drafter_matches,
+            draft_replay_matches=runner.draft_replay_matches,
         )
 
     @classmethod
@@ -324,7 +324,7 @@ class VllmEngine(StopsOnExit):
             text=choice.text,
             new_tokens=len(choice.token_ids),
             finish_reason=finish,
-            spec=_spec_stats(choice.spec_decode_metrics),
+            draft_stats=_spec_stats(choice.spec_decode_metrics),
             logprobs=logprobs,
             token_ids=tuple(choice.token_ids),
         )

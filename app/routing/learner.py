@@ -9,7 +9,7 @@ The line comes from the load model (app/routing/load_model.py), shared by all cl
 what one class teaches about load serves every class. The factor holds what makes a class
 cheaper or dearer than the line: on the speculative route, chiefly how many drafts land.
 Tokens per speculative step (from the speculative engine's figures and, for requests the
-plain engine served, from the shadow drafter) are kept beside it, to say how much engine
+plain engine served, from the draft replay) are kept beside it, to say how much engine
 work a running request has left.
 
 Estimates start from priors measured on a CPU like the ones specgate is developed on
@@ -158,7 +158,7 @@ class Learner:
         if prompt_tokens > 0:
             self.prefill_ms_per_token[route].observe(seconds * 1000 / prompt_tokens)
 
-    def observe_shadow(self, workload: WorkloadClass, tokens_per_step: float) -> None:
+    def observe_replay(self, workload: WorkloadClass, tokens_per_step: float) -> None:
         """What drafting would have yielded a request the plain engine served."""
         self.classes[workload].tokens_per_step.observe(tokens_per_step)
 

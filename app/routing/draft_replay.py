@@ -1,8 +1,9 @@
 """What vLLM's ngram (prompt-lookup) speculative decoding would have done for a request.
 
-The shadow drafter replays a request's token ids through the speculative engine's draft and
-verify loop, so the gateway learns each request's acceptance (and tokens per step) even when a
-plain engine served it: the routing policy needs that to judge the route it did not take.
+The draft replay ("shadow drafting" in responses and metrics) runs a request's token ids
+through the speculative engine's draft and verify loop, so the gateway learns each request's
+acceptance (and tokens per step) even when a plain engine served it: the routing policy needs
+that to judge the route it did not take.
 """
 
 # Sampled text: for an ngram draft (one token, no draft distribution) vLLM's rejection sampler
@@ -11,7 +12,7 @@ plain engine served it: the routing policy needs that to judge the route it did 
 # the same process, and comparing drafts with its tokens is an unbiased estimate of the
 # speculative engine's acceptance, at any temperature.
 #
-# How vLLM 0.32 shortens drafts near the end of a request, mirrored in `ShadowDrafter._draft`
+# How vLLM 0.32 shortens drafts near the end of a request, mirrored in `DraftReplay._draft`
 # (L: the context length, prompt plus output, when the draft is made; M: max_model_len):
 # - v1/spec_decode/ngram_proposer.py: at most min(k, M - L) tokens, and no more than follow
 #   the matched n-gram (`propose`).
@@ -79,7 +80,7 @@ def propose(context: Sequence[int], config: NgramConfig) -> list[int]:
     return []
 
 
-class ShadowDrafter:
+class DraftReplay:
     """Simulates one request's ngram speculation from its prompt and output token ids.
 
     The engine's process: prefill emits the first output token with no draft. Each later

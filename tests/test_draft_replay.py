@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.engine.types import SpecDecodeStats
-from app.routing.shadow_drafter import NgramConfig, ShadowDrafter, propose
+from app.routing.draft_replay import DraftReplay, NgramConfig, propose
 from tests.fuzz_bodies import fuzz_settings
 
 
@@ -22,8 +22,8 @@ def config(k: int = 3, min_n: int = 1, max_n: int = 3, max_model_len: int = 1000
     return NgramConfig(k=k, min_n=min_n, max_n=max_n, max_model_len=max_model_len)
 
 
-def simulate(prompt: list[int], output: list[int], cfg: NgramConfig) -> ShadowDrafter:
-    drafter = ShadowDrafter(prompt, cfg)
+def simulate(prompt: list[int], output: list[int], cfg: NgramConfig) -> DraftReplay:
+    drafter = DraftReplay(prompt, cfg)
     drafter.feed(output)
     drafter.finish()
     return drafter
@@ -80,7 +80,7 @@ def test_stats_of_a_request_by_hand() -> None:
     assert drafter.recent_tokens_per_step(1) == 1.0
 
     # Token by token: the same steps, each settled as soon as its tokens are known.
-    stepwise = ShadowDrafter(prompt, cfg)
+    stepwise = DraftReplay(prompt, cfg)
     assert stepwise.recent_tokens_per_step(5) is None
     seen = []
     for token in output:
@@ -91,7 +91,7 @@ def test_stats_of_a_request_by_hand() -> None:
     assert stepwise.stats == drafter.stats
 
     # The output ends inside a step (max_tokens): only what the known tokens confirm counts.
-    cut = ShadowDrafter(prompt, cfg)
+    cut = DraftReplay(prompt, cfg)
     cut.feed(output[:4])
     assert cut.steps == 1  # the draft [3, 4, 5] waits for the token after 4
     cut.finish()
@@ -181,7 +181,7 @@ def test_propose_matches_vllm(context: list[int], cfg: NgramConfig) -> None:
 def test_incremental_proposals_match_propose(
     prompt: list[int], output: list[int], cfg: NgramConfig, chunks: list[int]
 ) -> None:
-    drafter = ShadowDrafter(prompt, cfg)
+    drafter = DraftReplay(prompt, cfg)
     fed = 0
     for step in range(len(output)):
         if fed >= len(output):
