@@ -66,7 +66,7 @@ def test_what_a_drafting_request_may_carry_follows_the_runner() -> None:
     assert drafting_refusal(with_top_k, v2.applies_sampling_fields_at_drafts) is not None
 
 
-def test_the_shadow_drafter_steps_aside_when_the_engine_runs_v2() -> None:
+def test_the_draft_replay_steps_aside_when_the_engine_runs_v2() -> None:
     def engine(use_v2: bool) -> SimpleNamespace:
         matches = runner_of(use_v2).draft_replay_matches
         facts = EngineFacts(2048, exposes_token_ids=True, draft_replay_matches=matches)

@@ -126,7 +126,7 @@ def test_the_embedded_model_cache_is_reused(model_dir: Path, server: ServerProce
 
 
 @pytest.mark.parametrize("header", ["on", "off"])
-def test_the_shadow_drafter_replays_the_engines_drafting(sync_client: OpenAI, header: str) -> None:
+def test_the_draft_replay_matches_the_engines_drafting(sync_client: OpenAI, header: str) -> None:
     # Greedy: the speculative engine's own figures and the shadow replay of the same token
     # ids must agree (the replay cannot see past the output's end, so its last step may
     # count fewer accepted tokens, never more).

@@ -19,7 +19,7 @@ from tests.engine.test_conformance import (
 from tests.engine.test_engines import (
     test_both_engines_return_the_same_greedy_text,
     test_route_headers_follow_x_speculative,
-    test_the_shadow_drafter_replays_the_engines_drafting,
+    test_the_draft_replay_matches_the_engines_drafting,
     test_the_speculative_engine_reports_acceptance,
 )
 from tests.engine.test_openai_sdk import (
@@ -76,7 +76,7 @@ __all__ = [
     "test_sync_chat",
     "test_sync_chat_stream_equals_non_stream",
     "test_sync_completions_stream_equals_non_stream",
-    "test_the_shadow_drafter_replays_the_engines_drafting",
+    "test_the_draft_replay_matches_the_engines_drafting",
     "test_the_speculative_engine_reports_acceptance",
     "tokenizer",
 ]
