@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.engine.types import ChatMessage
-from app.tool_calls import CallParser, CallParsers, Function
+from app.errors import InvalidRequestError
+from app.tool_calls import CallParser, CallParsers, Function, ToolCallMode
 from app.tool_envelope import EnvelopeParser, answers_tool_results, described, envelope_schema
 
 
@@ -84,3 +85,38 @@ class EnvelopeFormat:
         shown = described(messages, functions)
         schema = envelope_schema(functions, parallel, calls=not answers_tool_results(messages))
         return AutoTurn(shown, schema, EnvelopeParser, template_tools=False)
+
+
+def auto_turn(
+    auto: AutoToolChoice | None,
+    choice: object,
+    messages: list[ChatMessage],
+    functions: tuple[Function, ...],
+    tools: tuple[dict[str, Any], ...],
+    parallel: bool,
+) -> AutoTurn | None:
+    """How "auto" is served for one request; None without tools, with another choice, or
+    with "auto" refused (then `tool_call_mode` says so)."""
+    if auto is None or choice != "auto" or not functions:
+        return None
+    return auto.turn(messages, functions, tools, parallel)
+
+
+def constrained_schema(
+    requested: dict[str, Any] | None,
+    mode: ToolCallMode | None,
+    turn: AutoTurn | None,
+    field: str,
+) -> dict[str, Any] | None:
+    """The JSON schema generation follows: the tool calls' constraint where there is one,
+    else the client's own format (`field`, which cannot be combined with the calls')."""
+    constraint = mode.schema() if mode is not None else turn.json_schema if turn else None
+    if constraint is None:
+        return requested
+    if requested is not None:
+        raise InvalidRequestError(
+            f"{field} cannot be combined with a tool call this server constrains "
+            "(required, named, or auto on a model without a call format of its own)",
+            param=field,
+        )
+    return constraint

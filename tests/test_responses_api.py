@@ -18,6 +18,7 @@ from tests.scripted_site import scripted_site
 
 RESPONSES = "/v1/responses"
 TEXT = [" Paris", " is", " sunny", "."]
+JSON_FORMAT = {"format": {"type": "json_object"}}
 WEATHER = {
     "type": "function",
     "name": "get_weather",
@@ -150,6 +151,9 @@ async def test_stored_responses_chain_and_are_bounded(site: Site) -> None:
         ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
+        # A format beside calls this server constrains, which would replace it unseen.
+        ({"tools": [WEATHER], "tool_choice": "required", "text": JSON_FORMAT}, "text.format"),
+        ({"tools": [WEATHER], "text": JSON_FORMAT}, "text.format"),  # auto, the envelope
     ],
 )
 async def test_what_cannot_be_served_is_named(

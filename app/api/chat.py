@@ -10,11 +10,10 @@ from fastapi.responses import Response
 from app.api.openapi_docs import GENERATION_RESPONSES
 from app.api.respond import respond
 from app.api.sampling import sampling_options
-from app.auto_tools import AutoToolChoice, AutoTurn
+from app.auto_tools import AutoTurn, auto_turn, constrained_schema
 from app.deps import GatewayDep, MoveAfterHeader, SpeculativeHeader
 from app.encoders.chat import ChatEncoder
 from app.engine.types import ChatMessage
-from app.errors import InvalidRequestError
 from app.request_spec import RequestSpec
 from app.schemas.chat import ChatCompletion, ChatCompletionRequest, ChatMessageIn, FunctionName
 from app.tool_calls import Function, ToolCallMode, tool_call_mode
@@ -42,7 +41,9 @@ async def create_chat_completion(
     """Create a chat completion, streamed over SSE when `stream` is true."""
     mode = chat_tool_mode(body, auto_served=gateway.auto_tools is not None)
     messages = [template_message(message) for message in body.messages]
-    turn = chat_auto_turn(body, gateway.auto_tools, messages)
+    choice = body.effective_tool_choice()
+    functions, tools = chat_functions(body), chat_tools(body)
+    turn = auto_turn(gateway.auto_tools, choice, messages, functions, tools, parallel_calls(body))
     spec = chat_spec(body, messages, mode, turn, x_speculative, x_specgate_move_after)
     return await respond(
         await gateway.open(spec),
@@ -67,16 +68,7 @@ def chat_spec(
     route_header: str | None,
     move_after: int | None,
 ) -> RequestSpec:
-    json_schema = body.json_schema()
-    constraint = mode.schema() if mode is not None else turn.json_schema if turn else None
-    if constraint is not None:
-        if json_schema is not None:
-            raise InvalidRequestError(
-                "response_format cannot be combined with a tool call this server constrains "
-                "(required, named, or auto on a model without a call format of its own)",
-                param="response_format",
-            )
-        json_schema = constraint
+    json_schema = constrained_schema(body.json_schema(), mode, turn, "response_format")
     if turn is not None:
         messages = turn.messages
     options = sampling_options(body, body.token_limit(), json_schema, body.logprob_count())
@@ -112,15 +104,6 @@ def chat_functions(body: ChatCompletionRequest) -> tuple[Function, ...]:
 def parallel_calls(body: ChatCompletionRequest) -> bool:
     # The legacy API makes one call at a time.
     return body.parallel_tool_calls is not False and not body.legacy_functions
-
-
-def chat_auto_turn(
-    body: ChatCompletionRequest, auto: AutoToolChoice | None, messages: list[ChatMessage]
-) -> AutoTurn | None:
-    """How "auto" is served for this request; None without tools or another choice."""
-    if auto is None or body.effective_tool_choice() != "auto" or not body.tool_definitions():
-        return None
-    return auto.turn(messages, chat_functions(body), chat_tools(body), parallel_calls(body))
 
 
 def chat_tool_mode(body: ChatCompletionRequest, auto_served: bool = False) -> ToolCallMode | None:

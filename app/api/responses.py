@@ -9,7 +9,7 @@ from fastapi.responses import Response
 
 from app.api.openapi_docs import ERRORS, GENERATION_RESPONSES
 from app.api.respond import respond
-from app.auto_tools import AutoToolChoice, AutoTurn
+from app.auto_tools import AutoTurn, auto_turn, constrained_schema
 from app.deps import GatewayDep, MoveAfterHeader, SpeculativeHeader
 from app.encoders.responses import ResponsesEncoder
 from app.engine.types import ChatMessage, SamplingOptions
@@ -47,7 +47,10 @@ async def create_response(
     history = previous_turns(gateway, body.previous_response_id)
     turns = [*history, *input_turns(body)]
     mode = responses_tool_mode(body, auto_served=gateway.auto_tools is not None)
-    turn = responses_auto_turn(body, gateway.auto_tools, turns)
+    functions, tools = response_functions(body), response_tools(body)
+    parallel = body.parallel_tool_calls is not False
+    choice = responses_choice(body)
+    turn = auto_turn(gateway.auto_tools, choice, turns, functions, tools, parallel)
     spec = response_spec(body, turns, mode, turn, x_speculative, x_specgate_move_after)
     run = await gateway.open(spec)
     call_parser = turn.parser if turn is not None else None
@@ -155,16 +158,6 @@ def responses_choice(body: ResponseRequest) -> str | ToolChoiceFunction | None:
     return body.tool_choice
 
 
-def responses_auto_turn(
-    body: ResponseRequest, auto: AutoToolChoice | None, turns: list[ChatMessage]
-) -> AutoTurn | None:
-    """How "auto" is served for this request; None without tools or another choice."""
-    if auto is None or responses_choice(body) != "auto" or not body.function_tools():
-        return None
-    parallel = body.parallel_tool_calls is not False
-    return auto.turn(turns, response_functions(body), response_tools(body), parallel)
-
-
 def responses_tool_mode(body: ResponseRequest, auto_served: bool = False) -> ToolCallMode | None:
     choice = responses_choice(body)
     return tool_call_mode(
@@ -184,10 +177,7 @@ def response_spec(
     route_header: str | None,
     move_after: int | None,
 ) -> RequestSpec:
-    json_schema = body.json_schema()
-    constraint = mode.schema() if mode is not None else turn.json_schema if turn else None
-    if constraint is not None:
-        json_schema = constraint
+    json_schema = constrained_schema(body.json_schema(), mode, turn, "text.format")
     if turn is not None:
         turns = turn.messages
     temperature = body.temperature
