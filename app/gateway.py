@@ -74,7 +74,7 @@ class Gateway:
     # How tool_choice "auto" is served; None: refused (--no-enable-auto-tool-choice).
     auto_tools: AutoToolChoice | None = None
     # The served model's tokenizer, for /tokenize and its kin; None: no engine has one.
-    tokenizer: TokenizerService | None = None
+    tokenizing: TokenizerService | None = None
     # Stored responses of /v1/responses (previous_response_id, GET /v1/responses/{id}).
     responses: ResponseStore = field(default_factory=lambda: ResponseStore(1000))
     # Runs streaming now, with the output they are expected to produce in all.

@@ -72,7 +72,7 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         mid_stream=settings.routing_mid_stream == "on",
         max_draft_length=max_draft_length(settings),
         auto_tools=auto_tool_choice(settings, engines),
-        tokenizer=tokenizer_service(engines),
+        tokenizing=tokenizer_service(engines),
         max_tokens_default=settings.max_tokens_default,
         max_tokens_limit=settings.max_tokens_limit,
         max_stop_sequences=settings.max_stop_sequences,
@@ -83,10 +83,10 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
 
 def tokenizer_service(engines: Mapping[Route, Engine]) -> TokenizerService | None:
     """The served model's tokenizer: an embedded engine's own, or a remote route's upstreams."""
-    services = [engine.facts.tokenizing for engine in engines.values()]
     # An engine with a tokenizer of its own answers before upstreams that forward.
-    local = [engine.facts.tokenizing for engine in engines.values() if engine.facts.tokenizer]
-    return next((service for service in [*local, *services] if service is not None), None)
+    ordered = sorted(engines.values(), key=lambda engine: engine.facts.tokenizer is None)
+    services = (engine.facts.tokenizing for engine in ordered)
+    return next((service for service in services if service is not None), None)
 
 
 def auto_tool_choice(settings: Settings, engines: Mapping[Route, Engine]) -> AutoToolChoice | None:

@@ -36,7 +36,7 @@ def small_tokenizer() -> PreTrainedTokenizerFast:
 async def site() -> AsyncIterator[Site]:
     async with scripted_site(["x"]) as site:
         gateway = site.client._transport.app.state.gateway  # type: ignore[attr-defined]
-        gateway.tokenizer = LocalTokenizer(small_tokenizer(), max_model_len=512)
+        gateway.tokenizing = LocalTokenizer(small_tokenizer(), max_model_len=512)
         yield site
 
 
@@ -115,7 +115,7 @@ class _Upstream:
 async def test_a_remote_route_forwards_the_helpers(site: Site) -> None:
     upstream = _Upstream()
     gateway = site.client._transport.app.state.gateway  # type: ignore[attr-defined]
-    gateway.tokenizer = RemoteTokenizer(upstream)
+    gateway.tokenizing = RemoteTokenizer(upstream)
     answer = await post(site, "/tokenize", {"model": MODEL, "prompt": "seven"})
     assert answer["tokens"] == [7]
     assert (await post(site, "/detokenize", {"tokens": [7]}))["prompt"] == "seven"

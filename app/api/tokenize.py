@@ -25,9 +25,9 @@ router = APIRouter()
 def tokenizer_of(gateway: Gateway, model: str | None) -> TokenizerService:
     if model is not None:
         gateway.check_model(model)
-    if gateway.tokenizer is None:
+    if gateway.tokenizing is None:
         raise NotFoundError("this server's engines have no tokenizer to answer with")
-    return gateway.tokenizer
+    return gateway.tokenizing
 
 
 @router.post(
