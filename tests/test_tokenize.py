@@ -123,3 +123,16 @@ async def test_a_remote_route_forwards_the_helpers(site: Site) -> None:
     assert upstream.seen[0] == ("POST", "/tokenize", {"prompt": "seven",
         "continue_final_message": False, "return_token_strs": False})  # fmt: skip
     assert [path for _, path, _ in upstream.seen] == ["/tokenize", "/detokenize", "/tokenizer_info"]
+
+
+async def test_an_upstream_answer_in_another_shape_is_the_upstreams_failure(site: Site) -> None:
+    class Garbled(_Upstream):
+        async def forward(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+            return {"tokens": "not a list"}
+
+    gateway = site.client._transport.app.state.gateway  # type: ignore[attr-defined]
+    gateway.tokenizing = RemoteTokenizer(Garbled())
+    response = await site.client.post("/tokenize", json={"prompt": "seven"})
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert error["type"] == "server_error" and "/tokenize" in error["message"]

@@ -167,7 +167,12 @@ class RemoteEngine(StopsOnExit):
             raise NotFoundError(f"the {self.route} upstream {upstream.base_url} has no {path}")
         if response.status_code >= 400:
             raise upstream_error(response.status_code, response.content)
-        return response.json()
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise EngineFailureError(
+                f"the {self.route} upstream {upstream.base_url} answered {path} without JSON"
+            ) from exc
 
     async def aclose(self) -> None:
         await self.pool.aclose()

@@ -6,10 +6,12 @@ to one of its upstreams, vLLM servers that answer the same paths (`RemoteTokeniz
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from app.engine.types import ChatMessage
-from app.errors import InvalidRequestError
+from app.errors import EngineFailureError, InvalidRequestError
 from app.schemas.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -17,6 +19,8 @@ from app.schemas.tokenize import (
     TokenizeResponse,
     TokenizerInfo,
 )
+
+Answer = TypeVar("Answer", bound=BaseModel)
 
 
 class TokenizerService(Protocol):
@@ -121,14 +125,23 @@ class RemoteTokenizer:
         self, request: TokenizeRequest, messages: list[ChatMessage] | None
     ) -> TokenizeResponse:
         body = request.model_dump(exclude_none=True, exclude={"model"})
-        answer = await self._upstreams.forward("POST", "/tokenize", body)
-        return TokenizeResponse.model_validate(answer)
+        return await self._answer(TokenizeResponse, "POST", "/tokenize", body)
 
     async def detokenize(self, request: DetokenizeRequest) -> DetokenizeResponse:
         body = {"tokens": request.tokens}
-        answer = await self._upstreams.forward("POST", "/detokenize", body)
-        return DetokenizeResponse.model_validate(answer)
+        return await self._answer(DetokenizeResponse, "POST", "/detokenize", body)
 
     async def tokenizer_info(self) -> TokenizerInfo:
-        answer = await self._upstreams.forward("GET", "/tokenizer_info", None)
-        return TokenizerInfo.model_validate(answer)
+        return await self._answer(TokenizerInfo, "GET", "/tokenizer_info", None)
+
+    async def _answer(
+        self, shape: type[Answer], method: str, path: str, body: dict[str, Any] | None
+    ) -> Answer:
+        answer = await self._upstreams.forward(method, path, body)
+        try:
+            return shape.model_validate(answer)
+        except ValidationError as exc:
+            # The upstream's fault, not the client's: said as such, never as a bare 500.
+            raise EngineFailureError(
+                f"the upstream's {path} answer is not vLLM's shape: {exc.errors()[0]['msg']}"
+            ) from exc
