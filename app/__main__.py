@@ -12,7 +12,7 @@ import uvicorn
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from app.api.event_stream import FAREWELL_SECONDS
+from app.api.respond import FAREWELL_SECONDS
 from app.cli import parse_settings
 from app.main import create_app
 

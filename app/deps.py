@@ -1,14 +1,24 @@
-"""Annotated dependency aliases: routes read shared state through these."""
+"""Annotated dependency aliases: each handler takes the parts of the app it needs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
+from app.api.speculative_header import HEADER, HEADER_PATTERN, checked, parse_header
+from app.auto_tools import AutoToolChoice
+from app.dispatch import Dispatcher
+from app.engine.base import Engine
+from app.engine.tokenizing import TokenizerService
+from app.engine.types import Route
 from app.errors import EngineUnavailableError
 from app.gateway import Gateway
-from app.routing.policy import HEADER
+from app.metrics import GatewayMetrics
+from app.response_store import ResponseStore
+from app.routing.policy import ClientChoice
+from app.served import ServedModel
 
 
 def get_gateway(request: Request) -> Gateway:
@@ -18,9 +28,52 @@ def get_gateway(request: Request) -> Gateway:
     return gateway
 
 
-# What parse_header accepts (it ignores case and spaces), for the OpenAPI document.
-HEADER_PATTERN = r"^\s*([Oo][Nn]|[Oo][Ff][Ff]|[Aa][Uu][Tt][Oo])\s*(;\s*[Kk]\s*=\s*[0-9]+\s*)?$"
 GatewayDep = Annotated[Gateway, Depends(get_gateway)]
+
+
+def _dispatcher(gateway: GatewayDep) -> Dispatcher:
+    return gateway.dispatcher
+
+
+def _model(gateway: GatewayDep) -> ServedModel:
+    return gateway.model
+
+
+def _auto_tools(gateway: GatewayDep) -> AutoToolChoice | None:
+    return gateway.auto_tools
+
+
+def _responses(gateway: GatewayDep) -> ResponseStore:
+    return gateway.responses
+
+
+def _tokenizing(gateway: GatewayDep) -> TokenizerService | None:
+    return gateway.tokenizing
+
+
+def _shutdown_grace(gateway: GatewayDep) -> float:
+    return gateway.shutdown_grace_seconds
+
+
+def _engines(gateway: GatewayDep) -> Mapping[Route, Engine]:
+    return gateway.engines
+
+
+def _metrics(gateway: GatewayDep) -> GatewayMetrics:
+    return gateway.metrics
+
+
+DispatcherDep = Annotated[Dispatcher, Depends(_dispatcher)]
+ModelDep = Annotated[ServedModel, Depends(_model)]
+# How tool_choice "auto" is served; None when --no-enable-auto-tool-choice refuses it.
+AutoToolsDep = Annotated[AutoToolChoice | None, Depends(_auto_tools)]
+ResponsesDep = Annotated[ResponseStore, Depends(_responses)]
+TokenizingDep = Annotated[TokenizerService | None, Depends(_tokenizing)]
+# How long open streams may go on once shutdown starts.
+ShutdownGraceDep = Annotated[float, Depends(_shutdown_grace)]
+EnginesDep = Annotated[Mapping[Route, Engine], Depends(_engines)]
+MetricsDep = Annotated[GatewayMetrics, Depends(_metrics)]
+
 SpeculativeHeader = Annotated[
     str | None,
     Header(
@@ -32,6 +85,14 @@ SpeculativeHeader = Annotated[
         json_schema_extra={"pattern": HEADER_PATTERN, "examples": ["auto", "on", "off", "on;k=2"]},
     ),
 ]
+
+
+def _client_choice(gateway: GatewayDep, x_speculative: SpeculativeHeader = None) -> ClientChoice:
+    return checked(parse_header(x_speculative), gateway.draft_lengths)
+
+
+# What the client asked of the routing with X-Speculative, parsed and checked.
+ClientChoiceDep = Annotated[ClientChoice, Depends(_client_choice)]
 MoveAfterHeader = Annotated[
     int | None,
     Header(

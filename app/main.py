@@ -15,8 +15,8 @@ from app.api.body_guard import BodyGuard
 from app.api.exception_handlers import install_error_handlers
 from app.api.openapi_docs import install_openapi
 from app.auto_tools import AutoToolChoice, EnvelopeFormat, ModelFormat
+from app.dispatch import Dispatcher, Limits
 from app.engine.base import Engine
-from app.engine.route_view import shared_engine
 from app.engine.tokenizing import TokenizerService
 from app.engine.types import Route
 from app.gateway import Gateway
@@ -25,7 +25,8 @@ from app.response_store import ResponseStore
 from app.routing.classify import WorkloadClass
 from app.routing.draft_replay import NgramConfig
 from app.routing.learner import Learner
-from app.routing.policy import RoutePolicy, RoutingRules
+from app.routing.policy import DraftLengths, RoutePolicy, RoutingRules
+from app.served import ServedModel
 from app.settings import Settings
 
 logger = logging.getLogger("specgate")
@@ -57,27 +58,51 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         admissions[route] = admission
     # One engine for both routes chooses every request's draft length at every step: no
     # route to price per request, and nothing to move between (but a client's forced move).
-    adaptive = shared_engine(engines) is not None
-    policy = build_route_policy(settings, adaptive)
+    policy = build_route_policy(settings, adaptive=one_engine_drafts_per_request(engines))
     metrics.watch_learner(policy.learner)
-    return Gateway(
-        settings.model_id,
-        engines,
-        admissions,
-        metrics,
-        policy,
-        shutdown_grace_seconds=settings.shutdown_grace_seconds,
-        log_requests=settings.log_requests,
-        ngram=ngram_config(settings, engines),
-        mid_stream=settings.routing_mid_stream == "on",
-        max_draft_length=max_draft_length(settings),
-        auto_tools=auto_tool_choice(settings, engines),
-        tokenizing=tokenizer_service(engines),
+    model = ServedModel(settings.model_id)
+    limits = Limits(
         max_tokens_default=settings.max_tokens_default,
         max_tokens_limit=settings.max_tokens_limit,
         max_stop_sequences=settings.max_stop_sequences,
         max_sequences_per_request=settings.max_sequences_per_request,
+    )
+    dispatcher = Dispatcher(
+        model,
+        engines,
+        admissions,
+        policy,
+        metrics,
+        limits,
+        ngram=ngram_config(settings, engines),
+        mid_stream=settings.routing_mid_stream == "on",
+        log_requests=settings.log_requests,
+    )
+    speculative = engines.get("speculative")
+    return Gateway(
+        model,
+        engines,
+        dispatcher,
+        metrics,
+        policy,
+        draft_lengths=DraftLengths(
+            per_request=speculative is not None and speculative.facts.per_request_draft_length,
+            most=max_draft_length(settings),
+        ),
+        shutdown_grace_seconds=settings.shutdown_grace_seconds,
+        auto_tools=auto_tool_choice(settings, engines),
+        tokenizing=tokenizer_service(engines),
         responses=ResponseStore(settings.responses_store_size),
+    )
+
+
+def one_engine_drafts_per_request(engines: Mapping[Route, Engine]) -> bool:
+    """Both routes are one engine that takes a draft length per request (--engine-layout one)."""
+    speculative, plain = engines.get("speculative"), engines.get("plain")
+    return (
+        speculative is not None
+        and speculative is plain
+        and speculative.facts.per_request_draft_length
     )
 
 

@@ -13,7 +13,7 @@ from app.routing.classify import WorkloadClass
 from app.routing.policy import MoveCause
 
 if TYPE_CHECKING:
-    from app.generation import Run
+    from app.routing.feedback import RunReport
     from app.routing.learner import Learner
     from app.routing.policy import RouteDecision
 
@@ -98,7 +98,8 @@ class GatewayMetrics:
         )
         self.engine_unfinished = Gauge(
             "specgate_engine_unfinished_requests",
-            "Requests the engine itself still holds; 0 when idle, so aborts are visible.",
+            "Requests the engine itself still holds; 0 when idle, so aborts are visible. With "
+            "one engine for both routes, both routes show its count.",
             ["route"],
             registry=r,
         )
@@ -164,7 +165,7 @@ class GatewayMetrics:
             basis=decision.basis,
         ).inc()
 
-    def record_run(self, run: Run) -> None:
+    def record_run(self, run: RunReport) -> None:
         route, workload = run.decision.route, run.decision.workload_class.value
         self.in_flight.labels(route=run.route).dec()
         self.requests.labels(
@@ -183,9 +184,8 @@ class GatewayMetrics:
             self.inter_token_latency.labels(route=route).observe(run.inter_token_latency)
         self.prompt_tokens.labels(route=route).inc(run.prompt_tokens)
         self.completion_tokens.labels(route=route).inc(run.completion_tokens)
-        spec = run.mover.speculative_stats() if run.mover is not None else run.draft_stats
-        if spec is not None:
-            self._record_spec("speculative", workload, spec)
+        if run.speculative_stats is not None:
+            self._record_spec("speculative", workload, run.speculative_stats)
 
     def _record_spec(self, route: Route, workload: str, stats: SpecDecodeStats) -> None:
         self.spec_drafts.labels(route=route).inc(stats.drafts)

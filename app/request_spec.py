@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine.types import Prompt, SamplingOptions
-from app.generation import Endpoint
+from app.routing.policy import ClientChoice
+from app.run import Endpoint
 
 
 @dataclass(frozen=True)
@@ -17,8 +18,8 @@ class RequestSpec:
     options: SamplingOptions
     # The text the router classifies (token-id prompts have none: they route on sampling).
     routing_text: str
-    # X-Speculative and X-Specgate-Move-After, as the client sent them.
-    route_header: str | None = None
+    # What the client asked with X-Speculative, and X-Specgate-Move-After.
+    choice: ClientChoice = field(default_factory=ClientChoice)
     move_after: int | None = None
     # The request field that sets max_tokens, for errors (max_completion_tokens, ...).
     max_tokens_field: str = "max_tokens"

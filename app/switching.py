@@ -12,10 +12,11 @@ Only requests whose state is all in their tokens can move; `not_movable` names t
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
-from app.engine.base import Engine
+from app.engine.base import Engine, for_route
 from app.engine.types import (
     GenerationRequest,
     GenerationStep,
@@ -23,7 +24,7 @@ from app.engine.types import (
     SpecDecodeStats,
     other_route,
 )
-from app.routing.draft_replay import DraftReplay, NgramConfig
+from app.routing.draft_replay import DraftReplay, NgramConfig, ReplayFigures
 from app.routing.policy import MoveProposal
 
 logger = logging.getLogger("specgate.switching")
@@ -67,10 +68,28 @@ class MoveContext:
     drafting_steps: int = 0
 
 
-# Asked at each checkpoint: where the rest should go, or None to stay.
-MovePolicy = Callable[[MoveContext], MoveProposal | None]
-# Told when a sequence leaves one route for the other (load accounting, metrics).
-MoveListener = Callable[[Route, Route, MoveProposal], None]
+class MoveAdvice(Protocol):
+    """What a mover asks at each checkpoint, and tells when it moves."""
+
+    def propose(self, context: MoveContext) -> MoveProposal | None:
+        """Where the rest should go, or None to stay."""
+        ...
+
+    def moved(self, source: Route, target: Route, proposal: MoveProposal) -> None:
+        """The request left `source` for `target` (load accounting, metrics)."""
+        ...
+
+
+@dataclass(frozen=True)
+class MoveReport:
+    """A moving request as it stands: what the run reports of it."""
+
+    route: Route
+    segments: tuple[Segment, ...]
+    # Drafting on the speculative route, summed over its segments (None: none drafted).
+    speculative_stats: SpecDecodeStats | None
+    # The replay of the whole output (None before the first step).
+    replay: ReplayFigures | None
 
 
 def not_movable(
@@ -107,40 +126,40 @@ def not_movable(
 
 @dataclass
 class Mover:
+    """The steps of a request that may change engines; the run reads them, and its report."""
+
     engines: Mapping[Route, Engine]
     request: GenerationRequest
     first_route: Route
     first_reason: str
     ngram: NgramConfig
-    policy: MovePolicy
-    on_move: MoveListener
+    advice: MoveAdvice
     expected_tokens: float
     # A client's X-Specgate-Move-After: one move, after this many tokens, whatever it costs.
     move_after: int | None = None
-    segments: list[Segment] = field(default_factory=list)
+    _segments: list[Segment] = field(default_factory=list)
     # The whole output replayed through the ngram drafter: what drafting gives the request
-    # now. The run reports it as its shadow (one replay per request, not two).
-    replay: DraftReplay | None = None
+    # now, and what the run reports as its replay (one replay per request, not two).
+    _replay: DraftReplay | None = None
 
-    @property
-    def route(self) -> Route:
-        return self.segments[-1].route if self.segments else self.first_route
+    def report(self) -> MoveReport:
+        segments = tuple(replace(segment) for segment in self._segments)
+        route = segments[-1].route if segments else self.first_route
+        figures = [s.draft_stats for s in segments if s.route == "speculative" and s.draft_stats]
+        speculative = sum(figures[1:], figures[0]) if figures else None
+        replay = self._replay.figures() if self._replay is not None else None
+        return MoveReport(route, segments, speculative, replay)
 
-    def speculative_stats(self) -> SpecDecodeStats | None:
-        speculative = (s for s in self.segments if s.route == "speculative")
-        figures = [s.draft_stats for s in speculative if s.draft_stats]
-        if not figures:
-            return None
-        total = figures[0]
-        for more in figures[1:]:
-            total = total + more
-        return total
+    def finish(self) -> None:
+        """The output is complete: the replay settles its last steps."""
+        if self._replay is not None:
+            self._replay.finish()
 
     async def steps(self) -> AsyncIterator[GenerationStep]:
         options = self.request.options
         request = self.request
         segment = Segment(self.first_route, self.first_reason)
-        self.segments.append(segment)
+        self._segments.append(segment)
         prompt_ids: tuple[int, ...] | None = None
         output: list[int] = []
         # A speculative segment's own replay: its figures if it is moved away.
@@ -148,12 +167,13 @@ class Mover:
         next_check = FIRST_CHECK_TOKENS
         while True:
             proposal: MoveProposal | None = None
-            stream = self.engines[segment.route].generate(request)
+            engine = self.engines[segment.route]
+            stream = engine.generate(for_route(request, segment.route, engine.facts))
             try:
                 async for step in stream:
                     if prompt_ids is None:
                         prompt_ids = step.prompt_token_ids or ()
-                        self.replay = DraftReplay(prompt_ids, self.ngram)
+                        self._replay = DraftReplay(prompt_ids, self.ngram)
                     if part is None and segment.route == "speculative":
                         part = DraftReplay((*prompt_ids, *output), self.ngram)
                     original_prompt = step.prompt_token_ids if not output else None
@@ -162,8 +182,8 @@ class Mover:
                         segment.tokens += delta.new_tokens
                         if part is not None:
                             part.feed(delta.token_ids)
-                        if self.replay is not None:
-                            self.replay.feed(delta.token_ids)
+                        if self._replay is not None:
+                            self._replay.feed(delta.token_ids)
                         if delta.draft_stats is not None:
                             segment.draft_stats = delta.draft_stats
                     yield replace(
@@ -172,7 +192,7 @@ class Mover:
                     if all(delta.finish_reason for delta in step.choices):
                         return
                     if self.move_after is not None or (
-                        len(output) >= next_check and len(self.segments) <= MAX_MOVES
+                        len(output) >= next_check and len(self._segments) <= MAX_MOVES
                     ):
                         next_check = len(output) + CHECK_EVERY_TOKENS
                         proposal = self._ask(segment.route, len(prompt_ids), output)
@@ -186,13 +206,13 @@ class Mover:
                 part.finish()
                 segment.draft_stats = part.stats
             logger.info("request %s moves: %s", self.request.request_id, proposal.reason)
-            self.on_move(segment.route, proposal.route, proposal)
+            self.advice.moved(segment.route, proposal.route, proposal)
             segment = Segment(proposal.route, proposal.reason)
-            self.segments.append(segment)
+            self._segments.append(segment)
             part = None
             left = None if options.max_tokens is None else options.max_tokens - len(output)
             request = GenerationRequest(
-                f"{self.request.request_id}-m{len(self.segments) - 1}",
+                f"{self.request.request_id}-m{len(self._segments) - 1}",
                 [*prompt_ids, *output],
                 replace(options, max_tokens=left),
                 self.request.draft_length,
@@ -203,7 +223,7 @@ class Mover:
         if not prompt_tokens:
             return None  # the engine gave no token ids to continue from
         if self.move_after is not None:
-            if len(self.segments) > 1 or len(output) < self.move_after:
+            if len(self._segments) > 1 or len(output) < self.move_after:
                 return None
             other = other_route(route)
             return MoveProposal(other, "forced", f"{route} -> {other}: X-Specgate-Move-After")
@@ -214,8 +234,8 @@ class Mover:
             remaining = min(remaining, float(limit - len(output)))
         if remaining < MIN_REMAINING_TOKENS:
             return None
-        replay = self.replay
+        replay = self._replay
         drafting = replay.recent_tokens_per_step(RECENT_STEPS) if replay is not None else None
         steps = min(RECENT_STEPS, replay.steps) if replay is not None else 0
         context = MoveContext(route, int(remaining), prompt_tokens + len(output), drafting, steps)
-        return self.policy(context)
+        return self.advice.propose(context)

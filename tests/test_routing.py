@@ -8,12 +8,11 @@ import pytest
 
 from app.engine.capabilities import Refusal
 from app.engine.types import Route, SamplingOptions, SpecDecodeStats
-from app.errors import InvalidRequestError
 from app.routing.classify import WorkloadClass, classify
 from app.routing.features import extract_features
 from app.routing.learner import Average, Learner, Observation
 from app.routing.load_model import Load
-from app.routing.policy import RoutePolicy, RoutingRules, RunningWork, parse_header
+from app.routing.policy import NoRoute, RoutePolicy, RoutingRules, RunningWork
 
 PASSAGE = (
     "Our team met on Tuesday to discuss the migration. Alice said the database move "
@@ -89,16 +88,13 @@ def test_a_route_that_cannot_serve_the_request_is_avoided_or_named() -> None:
     decision = pinned.decide("auto", JSON_TASK, refusals=drafting)
     assert (decision.route, decision.basis) == ("plain", "unsupported")
     assert decision.reason == "min_p: not supported while drafting"
-    with pytest.raises(InvalidRequestError) as forced:
-        router().decide("on", JSON_TASK, refusals=drafting)
-    assert forced.value.param == "X-Speculative"
-    assert forced.value.code == "unsupported_with_speculation"
+    forced = router().decide("on", JSON_TASK, refusals=drafting)
+    assert forced == NoRoute("speculative", drafting["speculative"], other_serves=True)
     assert router().decide("off", JSON_TASK, refusals=drafting).route == "plain"
     remote = {"plain": Refusal(("logprobs",), "not supported by remote upstreams")}
     assert router().decide("auto", POEM, refusals=remote).route == "speculative"
-    with pytest.raises(InvalidRequestError) as nowhere:
-        router().decide("auto", POEM, refusals={**drafting, **remote})
-    assert nowhere.value.param == "logprobs"
+    nowhere = router().decide("auto", POEM, refusals={**drafting, **remote})
+    assert nowhere == NoRoute("plain", remote["plain"], other_serves=False)
 
 
 def test_pins_override_the_learner() -> None:
@@ -221,18 +217,6 @@ def test_averages_trust_early_observations_then_settle() -> None:
     assert average.value == pytest.approx(10.0, abs=0.5)
 
 
-@pytest.mark.parametrize("value", [None, "auto", "ON", " off "])
-def test_header_values(value: str | None) -> None:
-    assert parse_header(value).preference in ("on", "off", "auto")
-
-
-def test_a_bad_header_value_is_a_client_error() -> None:
-    with pytest.raises(InvalidRequestError) as caught:
-        parse_header("sometimes")
-    assert caught.value.param == "X-Speculative"
-    assert caught.value.status_code == 400
-
-
 # The benchmark's labels, and the router classes that serve each of them.
 BENCH_LABELS = {
     "code": {WorkloadClass.CODE, WorkloadClass.CODE_EDIT},
@@ -302,9 +286,12 @@ def test_a_requests_own_drafting_counts_in_proportion_to_its_evidence() -> None:
 
 
 def test_one_answer_to_what_a_drafting_engine_serves() -> None:
+    from app.dispatch import Dispatcher
     from app.engine.capabilities import drafting_refusal
     from app.engine.fake import FakeEngine
-    from app.engine.route_view import route_views
+    from app.main import build_gateway
+    from app.routing.policy import ClientChoice
+    from app.settings import Settings
 
     sampled = SamplingOptions(temperature=0.7, min_p=0.1, logit_bias={5: 1.0}, top_k=4)
     refused = drafting_refusal(sampled)
@@ -312,7 +299,12 @@ def test_one_answer_to_what_a_drafting_engine_serves() -> None:
     # A request that never drafts is served everything; min_p cuts nothing from greedy.
     assert drafting_refusal(sampled, draft_length=0) is None
     assert drafting_refusal(SamplingOptions(temperature=0, min_p=0.1)) is None
-    views = route_views(FakeEngine("speculative", per_request_draft_length=True))
-    assert views["plain"].servable(sampled) is None
-    assert views["speculative"].servable(sampled) == refused
-    assert views["speculative"].servable(sampled, draft_length=0) is None
+    shared = FakeEngine("speculative", per_request_draft_length=True)
+    assert shared.servable(sampled) == refused
+    assert shared.servable(sampled, draft_length=0) is None
+    # One engine for both routes: its plain route's requests never draft, so it serves them.
+    gate = build_gateway(Settings(), {"speculative": shared, "plain": shared})  # type: ignore[dict-item]
+    dispatcher: Dispatcher = gate.dispatcher
+    decision = dispatcher.decide(ClientChoice("auto"), JSON_TASK, sampled)
+    assert (decision.route, decision.basis) == ("plain", "unsupported")
+    assert dispatcher.decide(ClientChoice("off"), JSON_TASK, sampled).route == "plain"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
 from app.engine.base import EngineFacts
 from app.engine.types import (
@@ -40,68 +41,85 @@ class CountingEngine:
             yield GenerationStep(len(prompt), [delta], prompt_token_ids=first)
 
 
+@dataclass
+class Advice:
+    """Proposes `target` at every checkpoint not already there; keeps the moves it was told."""
+
+    target: Route | None
+    moves: list[tuple[Route, Route]] = field(default_factory=list)
+
+    def propose(self, context: MoveContext) -> MoveProposal | None:
+        if self.target is None or context.route == self.target:
+            return None
+        return MoveProposal(self.target, "load", "test")
+
+    def moved(self, source: Route, target: Route, proposal: MoveProposal) -> None:
+        self.moves.append((source, target))
+
+
 def mover(
     move_after: int | None,
     policy_route: Route | None = None,
     first: Route = "plain",
     max_tokens: int = 60,
-) -> tuple[Mover, dict[str, CountingEngine]]:
+) -> tuple[Mover, dict[str, CountingEngine], Advice]:
     engines = {"plain": CountingEngine("plain"), "speculative": CountingEngine("speculative")}
-    moves: list[tuple[Route, Route]] = []
-
-    def policy(context: MoveContext) -> MoveProposal | None:
-        if policy_route is None or context.route == policy_route:
-            return None
-        return MoveProposal(policy_route, "load", "test")
-
+    advice = Advice(policy_route)
     options = SamplingOptions(max_tokens=max_tokens, temperature=0)
     request = GenerationRequest("r", [1, 2, 3], options)
     made = Mover(
-        engines, request, first, "start", NGRAM, policy, lambda a, b, _: moves.append((a, b)),
+        engines, request, first, "start", NGRAM, advice,  # type: ignore[arg-type]
         expected_tokens=max_tokens, move_after=move_after,
     )  # fmt: skip
-    return made, engines  # type: ignore[return-value]
+    return made, engines, advice
 
 
 async def test_a_forced_move_continues_from_the_tokens_so_far() -> None:
-    made, engines = mover(move_after=5)
+    made, engines, advice = mover(move_after=5)
     steps = [step async for step in made.steps()]
     tokens = [t for step in steps for d in step.choices for t in d.token_ids]
     assert tokens == list(range(4, 64))  # one uninterrupted count
     assert all(step.prompt_tokens == 3 for step in steps)
-    assert [s.route for s in made.segments] == ["plain", "speculative"]
-    assert [s.tokens for s in made.segments] == [5, 55]
+    report = made.report()
+    assert [s.route for s in report.segments] == ["plain", "speculative"]
+    assert [s.tokens for s in report.segments] == [5, 55]
+    assert report.route == "speculative"
+    assert advice.moves == [("plain", "speculative")]
     (second,) = engines["speculative"].requests
     assert second.prompt == [1, 2, 3, 4, 5, 6, 7, 8]
     assert second.options.max_tokens == 55
     assert second.request_id == "r-m1"
     # The scripted engine reports no drafting figures for the segment that finished.
-    assert made.speculative_stats() is None
+    assert report.speculative_stats is None
 
 
 async def test_a_speculative_segment_moved_away_reports_its_replayed_drafting() -> None:
-    made, _ = mover(move_after=5, first="speculative")
+    made, _, _ = mover(move_after=5, first="speculative")
     [step async for step in made.steps()]
-    assert [s.route for s in made.segments] == ["speculative", "plain"]
+    report = made.report()
+    assert [s.route for s in report.segments] == ["speculative", "plain"]
     # vLLM reports figures only for finished requests; the shadow replay of the segment's
     # five tokens stands in (a count has no repeated n-gram: nothing drafted).
-    assert made.segments[0].draft_stats is not None
-    assert made.speculative_stats() == made.segments[0].draft_stats
+    assert report.segments[0].draft_stats is not None
+    assert report.speculative_stats == report.segments[0].draft_stats
 
 
 async def test_the_policy_moves_at_checkpoints_only() -> None:
-    made, _ = mover(move_after=None, policy_route="speculative", max_tokens=80)
+    made, _, advice = mover(move_after=None, policy_route="speculative", max_tokens=80)
     tokens = [t async for step in made.steps() for d in step.choices for t in d.token_ids]
     assert tokens == list(range(4, 84))
     # The first look waits for FIRST_CHECK_TOKENS of evidence.
-    assert [s.tokens for s in made.segments] == [FIRST_CHECK_TOKENS, 80 - FIRST_CHECK_TOKENS]
+    segments = made.report().segments
+    assert [s.tokens for s in segments] == [FIRST_CHECK_TOKENS, 80 - FIRST_CHECK_TOKENS]
+    assert advice.moves == [("plain", "speculative")]
 
 
 async def test_no_move_leaves_too_little_to_gain() -> None:
     # At the first look, 60 - 32 tokens remain: fewer than MIN_REMAINING_TOKENS.
-    made, _ = mover(move_after=None, policy_route="speculative", max_tokens=60)
+    made, _, advice = mover(move_after=None, policy_route="speculative", max_tokens=60)
     _ = [step async for step in made.steps()]
-    assert [s.tokens for s in made.segments] == [60]
+    assert [s.tokens for s in made.report().segments] == [60]
+    assert advice.moves == []
 
 
 def test_what_cannot_move() -> None:

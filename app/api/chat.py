@@ -11,10 +11,18 @@ from app.api.openapi_docs import GENERATION_RESPONSES
 from app.api.respond import respond
 from app.api.sampling import sampling_options
 from app.auto_tools import AutoTurn, auto_turn, constrained_schema
-from app.deps import GatewayDep, MoveAfterHeader, SpeculativeHeader
+from app.deps import (
+    AutoToolsDep,
+    ClientChoiceDep,
+    DispatcherDep,
+    ModelDep,
+    MoveAfterHeader,
+    ShutdownGraceDep,
+)
 from app.encoders.chat import ChatEncoder
 from app.engine.types import ChatMessage
 from app.request_spec import RequestSpec
+from app.routing.policy import ClientChoice
 from app.schemas.chat import ChatCompletion, ChatCompletionRequest, ChatMessageIn, FunctionName
 from app.tool_calls import Function, ToolCallMode, tool_call_mode
 
@@ -34,29 +42,32 @@ TEMPLATE_ROLES = {"developer": "system", "function": "tool"}
 async def create_chat_completion(
     body: ChatCompletionRequest,
     request: Request,
-    gateway: GatewayDep,
-    x_speculative: SpeculativeHeader = None,
+    dispatcher: DispatcherDep,
+    model: ModelDep,
+    auto_tools: AutoToolsDep,
+    grace: ShutdownGraceDep,
+    routing: ClientChoiceDep,
     x_specgate_move_after: MoveAfterHeader = None,
 ) -> Response:
     """Create a chat completion, streamed over SSE when `stream` is true."""
-    mode = chat_tool_mode(body, auto_served=gateway.auto_tools is not None)
+    mode = chat_tool_mode(body, auto_served=auto_tools is not None)
     messages = [template_message(message) for message in body.messages]
     choice = body.effective_tool_choice()
     functions, tools = chat_functions(body), chat_tools(body)
-    turn = auto_turn(gateway.auto_tools, choice, messages, functions, tools, parallel_calls(body))
-    spec = chat_spec(body, messages, mode, turn, x_speculative, x_specgate_move_after)
+    turn = auto_turn(auto_tools, choice, messages, functions, tools, parallel_calls(body))
+    spec = chat_spec(body, messages, mode, turn, routing, x_specgate_move_after)
     return await respond(
-        await gateway.open(spec),
+        await dispatcher.open(spec),
         request,
         ChatEncoder(
-            gateway.model_id,
+            model.id,
             mode,
             legacy_functions=body.legacy_functions,
             call_parser=turn.parser if turn is not None else None,
         ),
         stream=body.stream,
         stream_options=body.stream_options,
-        shutdown_grace_seconds=gateway.shutdown_grace_seconds,
+        shutdown_grace_seconds=grace,
     )
 
 
@@ -65,7 +76,7 @@ def chat_spec(
     messages: list[ChatMessage],
     mode: ToolCallMode | None,
     turn: AutoTurn | None,
-    route_header: str | None,
+    routing: ClientChoice,
     move_after: int | None,
 ) -> RequestSpec:
     json_schema = constrained_schema(body.json_schema(), mode, turn, "response_format")
@@ -79,7 +90,7 @@ def chat_spec(
         prompts=[messages],
         options=options,
         routing_text="\n".join(message["content"] or "" for message in messages),
-        route_header=route_header,
+        choice=routing,
         move_after=move_after,
         max_tokens_field="max_completion_tokens" if body.max_completion_tokens else "max_tokens",
         tools=tools or None,

@@ -8,9 +8,10 @@ from fastapi.responses import Response
 from app.api.openapi_docs import GENERATION_RESPONSES
 from app.api.respond import respond
 from app.api.sampling import sampling_options
-from app.deps import GatewayDep, MoveAfterHeader, SpeculativeHeader
+from app.deps import ClientChoiceDep, DispatcherDep, ModelDep, MoveAfterHeader, ShutdownGraceDep
 from app.encoders.completions import CompletionsEncoder
 from app.request_spec import RequestSpec
+from app.routing.policy import ClientChoice
 from app.schemas.completions import Completion, CompletionRequest
 
 router = APIRouter()
@@ -25,24 +26,26 @@ router = APIRouter()
 async def create_completion(
     body: CompletionRequest,
     request: Request,
-    gateway: GatewayDep,
-    x_speculative: SpeculativeHeader = None,
+    dispatcher: DispatcherDep,
+    model: ModelDep,
+    grace: ShutdownGraceDep,
+    routing: ClientChoiceDep,
     x_specgate_move_after: MoveAfterHeader = None,
 ) -> Response:
     """Create a text completion, streamed over SSE when `stream` is true."""
-    run = await gateway.open(completion_spec(body, x_speculative, x_specgate_move_after))
+    run = await dispatcher.open(completion_spec(body, routing, x_specgate_move_after))
     return await respond(
         run,
         request,
-        CompletionsEncoder(gateway.model_id, with_logprobs=body.logprobs is not None),
+        CompletionsEncoder(model.id, with_logprobs=body.logprobs is not None),
         stream=body.stream,
         stream_options=body.stream_options,
-        shutdown_grace_seconds=gateway.shutdown_grace_seconds,
+        shutdown_grace_seconds=grace,
     )
 
 
 def completion_spec(
-    body: CompletionRequest, route_header: str | None, move_after: int | None
+    body: CompletionRequest, routing: ClientChoice, move_after: int | None
 ) -> RequestSpec:
     prompts = body.prompts()
     options = sampling_options(
@@ -55,6 +58,6 @@ def completion_spec(
         options=options,
         # Token-id prompts have no text to classify; they route on sampling alone.
         routing_text="\n".join(prompt for prompt in prompts if isinstance(prompt, str)),
-        route_header=route_header,
+        choice=routing,
         move_after=move_after,
     )

@@ -9,7 +9,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from app.api.speculative_header import no_route_error
 from app.errors import SpecgateError, error_body
+from app.routing.policy import Unroutable
 from app.schemas.common import FieldError
 
 logger = logging.getLogger("specgate.errors")
@@ -21,6 +23,7 @@ BUILTIN_TAGS = {"str", "int", "float", "bool"}
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SpecgateError, _specgate_error)  # type: ignore[arg-type]
+    app.add_exception_handler(Unroutable, _unroutable)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unexpected_error)
@@ -28,6 +31,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
 async def _specgate_error(request: Request, exc: SpecgateError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers())
+
+
+async def _unroutable(request: Request, exc: Unroutable) -> JSONResponse:
+    return await _specgate_error(request, no_route_error(exc.no_route))
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

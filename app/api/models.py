@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.api.openapi_docs import ERRORS
-from app.deps import GatewayDep
+from app.deps import ModelDep
 from app.errors import ModelNotFoundError
 from app.schemas.models import Model, ModelList
 
@@ -13,9 +13,9 @@ router = APIRouter()
 
 
 @router.get("/v1/models", response_model=ModelList, summary="List models", responses=ERRORS)
-async def list_models(gateway: GatewayDep) -> ModelList:
+async def list_models(model: ModelDep) -> ModelList:
     """List the served model."""
-    return ModelList(data=[Model(id=gateway.model_id, created=gateway.created)])
+    return ModelList(data=[Model(id=model.id, created=model.created)])
 
 
 @router.get(
@@ -24,8 +24,8 @@ async def list_models(gateway: GatewayDep) -> ModelList:
     summary="Retrieve a model",
     responses=ERRORS,
 )
-async def retrieve_model(model_id: str, gateway: GatewayDep) -> Model:
+async def retrieve_model(model_id: str, model: ModelDep) -> Model:
     """Describe the served model."""
-    if model_id != gateway.model_id:
+    if model_id != model.id:
         raise ModelNotFoundError(f"The model '{model_id}' does not exist.", param="model")
-    return Model(id=gateway.model_id, created=gateway.created)
+    return Model(id=model.id, created=model.created)

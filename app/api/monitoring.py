@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from app.deps import GatewayDep
+from app.deps import EnginesDep, MetricsDep
 from app.engine.base import UpstreamReporter
 from app.errors import SpecgateError
 
@@ -18,12 +18,12 @@ HEALTH_TIMEOUT_SECONDS = 5.0
 
 
 @router.get("/health", summary="Engine health")
-async def health(gateway: GatewayDep) -> Response:
+async def health(engines: EnginesDep) -> Response:
     """200 when every engine answers, 503 otherwise; remote pools list each upstream."""
     status: dict[str, str] = {}
     upstreams: dict[str, dict[str, str]] = {}
     healthy = True
-    for route, engine in gateway.engines.items():
+    for route, engine in engines.items():
         try:
             await asyncio.wait_for(engine.check_health(), HEALTH_TIMEOUT_SECONDS)
             status[route] = "ok"
@@ -39,6 +39,6 @@ async def health(gateway: GatewayDep) -> Response:
 
 
 @router.get("/metrics", summary="Prometheus metrics")
-async def metrics(gateway: GatewayDep) -> Response:
+async def metrics(registry: MetricsDep) -> Response:
     """Prometheus metrics: requests, latency and speculative counters by engine."""
-    return Response(gateway.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    return Response(registry.render(), media_type=CONTENT_TYPE_LATEST)

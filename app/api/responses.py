@@ -10,13 +10,21 @@ from fastapi.responses import Response
 from app.api.openapi_docs import ERRORS, GENERATION_RESPONSES
 from app.api.respond import respond
 from app.auto_tools import AutoTurn, auto_turn, constrained_schema
-from app.deps import GatewayDep, MoveAfterHeader, SpeculativeHeader
+from app.deps import (
+    AutoToolsDep,
+    ClientChoiceDep,
+    DispatcherDep,
+    ModelDep,
+    MoveAfterHeader,
+    ResponsesDep,
+    ShutdownGraceDep,
+)
 from app.encoders.responses import ResponsesEncoder
 from app.engine.types import ChatMessage, SamplingOptions
 from app.errors import NotFoundError
-from app.gateway import Gateway
 from app.request_spec import RequestSpec
-from app.response_store import StoredResponse
+from app.response_store import ResponseStore, StoredResponse
+from app.routing.policy import ClientChoice
 from app.schemas.responses import (
     FunctionCallItem,
     FunctionCallOutputItem,
@@ -39,34 +47,38 @@ router = APIRouter()
 async def create_response(
     body: ResponseRequest,
     request: Request,
-    gateway: GatewayDep,
-    x_speculative: SpeculativeHeader = None,
+    dispatcher: DispatcherDep,
+    model: ModelDep,
+    auto_tools: AutoToolsDep,
+    responses: ResponsesDep,
+    grace: ShutdownGraceDep,
+    routing: ClientChoiceDep,
     x_specgate_move_after: MoveAfterHeader = None,
 ) -> Response:
     """Create a response, streamed as typed SSE events when `stream` is true."""
-    history = previous_turns(gateway, body.previous_response_id)
+    history = previous_turns(responses, body.previous_response_id)
     turns = [*history, *input_turns(body)]
-    mode = responses_tool_mode(body, auto_served=gateway.auto_tools is not None)
+    mode = responses_tool_mode(body, auto_served=auto_tools is not None)
     functions, tools = response_functions(body), response_tools(body)
     parallel = body.parallel_tool_calls is not False
     choice = responses_choice(body)
-    turn = auto_turn(gateway.auto_tools, choice, turns, functions, tools, parallel)
-    spec = response_spec(body, turns, mode, turn, x_speculative, x_specgate_move_after)
-    run = await gateway.open(spec)
+    turn = auto_turn(auto_tools, choice, turns, functions, tools, parallel)
+    spec = response_spec(body, turns, mode, turn, routing, x_specgate_move_after)
+    run = await dispatcher.open(spec)
     call_parser = turn.parser if turn is not None else None
 
     def store(response: ResponseObject) -> None:
         if body.store:
             conversation = (*turns, *output_turns(response))
-            gateway.responses.put(StoredResponse(response, conversation))
+            responses.put(StoredResponse(response, conversation))
 
     return await respond(
         run,
         request,
-        ResponsesEncoder(body, gateway.model_id, mode, on_done=store, call_parser=call_parser),
+        ResponsesEncoder(body, model.id, mode, on_done=store, call_parser=call_parser),
         stream=body.stream,
         stream_options=None,
-        shutdown_grace_seconds=gateway.shutdown_grace_seconds,
+        shutdown_grace_seconds=grace,
     )
 
 
@@ -76,13 +88,13 @@ async def create_response(
     summary="Retrieve a stored response",
     responses=ERRORS,
 )
-async def retrieve_response(response_id: str, gateway: GatewayDep) -> ResponseObject:
+async def retrieve_response(response_id: str, responses: ResponsesDep) -> ResponseObject:
     """A response created with `store` (the default), while the store still holds it."""
-    return stored(gateway, response_id).response
+    return stored(responses, response_id).response
 
 
-def stored(gateway: Gateway, response_id: str) -> StoredResponse:
-    found = gateway.responses.get(response_id)
+def stored(responses: ResponseStore, response_id: str) -> StoredResponse:
+    found = responses.get(response_id)
     if found is None:
         raise NotFoundError(
             f"No response with id '{response_id}' is stored here (unknown, not stored, or "
@@ -92,10 +104,10 @@ def stored(gateway: Gateway, response_id: str) -> StoredResponse:
     return found
 
 
-def previous_turns(gateway: Gateway, response_id: str | None) -> list[ChatMessage]:
+def previous_turns(responses: ResponseStore, response_id: str | None) -> list[ChatMessage]:
     # The earlier response's input and output; its instructions are not carried over (as
     # OpenAI's), so they were never stored with the turns.
-    return [] if response_id is None else list(stored(gateway, response_id).conversation)
+    return [] if response_id is None else list(stored(responses, response_id).conversation)
 
 
 def input_turns(body: ResponseRequest) -> list[ChatMessage]:
@@ -174,7 +186,7 @@ def response_spec(
     turns: list[ChatMessage],
     mode: ToolCallMode | None,
     turn: AutoTurn | None,
-    route_header: str | None,
+    routing: ClientChoice,
     move_after: int | None,
 ) -> RequestSpec:
     json_schema = constrained_schema(body.json_schema(), mode, turn, "text.format")
@@ -197,7 +209,7 @@ def response_spec(
         prompts=[turns],
         options=options,
         routing_text="\n".join(turn["content"] or "" for turn in turns),
-        route_header=route_header,
+        choice=routing,
         move_after=move_after,
         max_tokens_field="max_output_tokens",
         tools=tools or None,

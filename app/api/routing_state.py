@@ -8,16 +8,16 @@ from typing import Any
 from fastapi import APIRouter
 
 from app.api.openapi_docs import ERRORS
-from app.deps import GatewayDep
+from app.deps import DispatcherDep
 
 router = APIRouter()
 
 
 @router.get("/v1/routing", summary="Routing rules and learned estimates", responses=ERRORS)
-async def routing_state(gateway: GatewayDep) -> dict[str, Any]:
+async def routing_state(dispatcher: DispatcherDep) -> dict[str, Any]:
     """The router's rules and its current estimates per workload class."""
-    rules = gateway.policy.rules
-    learner = gateway.policy.learner
+    rules = dispatcher.policy.rules
+    learner = dispatcher.policy.learner
     return {
         "rules": {
             "pins": {workload.value: route for workload, route in rules.pins.items()},
@@ -27,7 +27,7 @@ async def routing_state(gateway: GatewayDep) -> dict[str, Any]:
             "min_acceptance": rules.min_acceptance,
         },
         "load_model": {
-            "in_flight": asdict(gateway.in_flight.now()),
+            "in_flight": asdict(dispatcher.in_flight.now()),
             "ms_per_token": learner.load_model.snapshot(),
         },
         "classes": learner.snapshot(),

@@ -24,7 +24,7 @@ router = APIRouter()
 
 def tokenizer_of(gateway: Gateway, model: str | None) -> TokenizerService:
     if model is not None:
-        gateway.check_model(model)
+        gateway.model.check(model)
     if gateway.tokenizing is None:
         raise NotFoundError("this server's engines have no tokenizer to answer with")
     return gateway.tokenizing

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from app.encoders.common import finished_choices, public_finish, route_info, usage
-from app.encoders.sse import sse_events
 from app.engine.types import ChoiceDelta, TokenLogprob
-from app.generation import Run
+from app.run import Run
 from app.schemas.chat import (
     AssistantMessage,
     ChatChoice,
@@ -158,11 +157,6 @@ class ChatEncoder:
         if self.tool_mode is None or finish != "stop":
             return finish
         return "function_call" if self.legacy_functions else "tool_calls"
-
-    def sse(
-        self, run: Run, include_usage: bool, every_chunk: bool = False
-    ) -> AsyncIterator[bytes | dict[str, str]]:
-        return sse_events(run, self, include_usage, every_chunk)
 
     def usage_chunk(self, run: Run) -> ChatCompletionChunk:
         return ChatCompletionChunk(

@@ -3,27 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
 from app.engine.types import ChoiceDelta, FinishReason, SpecDecodeStats
-from app.generation import ChoiceResult, Run
+from app.run import ChoiceResult, Run
 from app.schemas.common import RouteInfo, RouteSegment, SpeculativeUsage, Usage
 
 
 class ResponseEncoder(Protocol):
-    """One endpoint family's encoder for a run: its whole response, and its stream."""
+    """One endpoint family's encoder for a run: its whole response (app/api/respond.py streams
+    it)."""
 
     def response(self, run: Run) -> BaseModel:
         """The whole response of a finished run."""
-        ...
-
-    def sse(
-        self, run: Run, include_usage: bool, every_chunk: bool = False
-    ) -> AsyncIterator[bytes | dict[str, str]]:
-        """The run as server-sent events; `every_chunk`: the usage so far on each chunk
-        (vLLM's continuous_usage_stats). Closing it early aborts the request."""
         ...
 
 
@@ -40,15 +34,17 @@ class ChunkEncoder(ResponseEncoder, Protocol):
         ...
 
 
+@runtime_checkable
+class EventEncoder(ResponseEncoder, Protocol):
+    """A family that streams typed events of its own (the Responses API)."""
+
+    def events(self, run: Run) -> AsyncIterator[dict[str, str]]:
+        """The run as server-sent events. Closing it early aborts the request."""
+        ...
+
+
 def speculative_usage(run: Run) -> SpeculativeUsage | None:
-    if run.mover is not None:
-        # The speculative segments' figures, summed (None if none was speculative).
-        return _usage_of(run.mover.speculative_stats())
-    if run.decision.route != "speculative":
-        return None
-    # None: the engine gave no figures (a remote upstream without per-request metrics, or
-    # n > 1 there): say nothing rather than report zero acceptance.
-    return _usage_of(run.draft_stats)
+    return _usage_of(run.speculative_stats)
 
 
 def _usage_of(spec: SpecDecodeStats | None) -> SpeculativeUsage | None:
@@ -79,13 +75,10 @@ def route_info(run: Run) -> RouteInfo:
         workload_class=decision.workload_class.value,
         reason=decision.reason,
         speculative_decoding=speculative_usage(run),
-        shadow_drafting=_usage_of(run.draft_replay.stats if run.draft_replay is not None else None),
+        shadow_drafting=_usage_of(run.replay.stats if run.replay is not None else None),
         segments=None
-        if run.mover is None
-        else [
-            RouteSegment(route=s.route, tokens=s.tokens, reason=s.reason)
-            for s in run.mover.segments
-        ],
+        if run.segments is None
+        else [RouteSegment(route=s.route, tokens=s.tokens, reason=s.reason) for s in run.segments],
     )
 
 

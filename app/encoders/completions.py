@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 from app.encoders.common import finished_choices, public_finish, route_info, usage
-from app.encoders.sse import sse_events
 from app.engine.types import ChoiceDelta, PromptEcho, TokenLogprob
-from app.generation import ChoiceResult, Run
+from app.run import ChoiceResult, Run
 from app.schemas.completions import Completion, CompletionChoice, CompletionLogprobs
 
 
@@ -52,11 +51,6 @@ class CompletionsEncoder:
                 )
             ],
         )
-
-    def sse(
-        self, run: Run, include_usage: bool, every_chunk: bool = False
-    ) -> AsyncIterator[bytes | dict[str, str]]:
-        return sse_events(run, self, include_usage, every_chunk)
 
     def usage_chunk(self, run: Run) -> Completion:
         return Completion(

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from app.encoders.common import route_info, speculative_usage
 from app.errors import SpecgateError, error_body
-from app.generation import Run
+from app.run import Run
 from app.schemas.responses import (
     FunctionCallItem,
     IncompleteDetails,
@@ -129,9 +129,7 @@ class ResponsesEncoder:
             speculative_decoding=speculative_usage(run),
         )
 
-    async def sse(
-        self, run: Run, include_usage: bool = False, every_chunk: bool = False
-    ) -> AsyncIterator[bytes | dict[str, str]]:
+    async def events(self, run: Run) -> AsyncIterator[dict[str, str]]:
         """The typed events of a streamed response. Closing it early aborts the request."""
         events = _Events()
         text = _TextWriter(self._message_id, events)

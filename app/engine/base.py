@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, Self, runtime_checkable
 
 from app.engine.capabilities import Refusal
@@ -98,3 +98,19 @@ class UpstreamReporter(Protocol):
     def upstream_status(self) -> dict[str, str]:
         """Each upstream's base URL: "ok", or why it is out of the pool."""
         ...
+
+
+def for_route(request: GenerationRequest, route: Route, facts: EngineFacts) -> GenerationRequest:
+    """The request as `route` sends it to its engine.
+
+    One engine may serve both routes (`--engine-layout one`): it takes a draft length per
+    request, and the plain route's requests carry 0, so they never draft.
+    """
+    if route == "plain" and facts.per_request_draft_length:
+        return replace(request, draft_length=0, acceptance_prior=None)
+    return request
+
+
+def route_draft_length(route: Route, facts: EngineFacts) -> int | None:
+    """The draft length `route` fixes on an engine with these facts (None: the request's)."""
+    return 0 if route == "plain" and facts.per_request_draft_length else None

@@ -22,7 +22,6 @@ from app.engine.base import Engine
 from app.engine.cpu_cores import bound_to, core_plan, keep_numba_off_the_cores, whole_machine
 from app.engine.memory_plan import DeviceFacts, Layout, check_plan, choose_layout, needs
 from app.engine.remote import RemoteEngine
-from app.engine.route_view import route_views
 from app.engine.types import ROUTES, Route
 from app.settings import Settings
 
@@ -183,4 +182,6 @@ async def _start_shared_engine(
         )
     await stack.enter_async_context(engine)
     logger.info("shared engine ready in %.1f s", time.monotonic() - started)
-    return route_views(engine)
+    # Both routes are the one engine: the plain route's requests carry draft length 0
+    # (app/engine/base.py, for_route).
+    return {"speculative": engine, "plain": engine}

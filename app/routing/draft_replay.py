@@ -80,6 +80,16 @@ def propose(context: Sequence[int], config: NgramConfig) -> list[int]:
     return []
 
 
+@dataclass(frozen=True)
+class ReplayFigures:
+    """What a finished replay found: drafting's figures for the request, had it drafted."""
+
+    steps: int
+    stats: SpecDecodeStats
+    # Tokens per decode step over every step (1.0 with none): what drafting would have given.
+    tokens_per_step: float
+
+
 class DraftReplay:
     """Simulates one request's ngram speculation from its prompt and output token ids.
 
@@ -128,6 +138,11 @@ class DraftReplay:
     @property
     def stats(self) -> SpecDecodeStats:
         return SpecDecodeStats(self._drafts, self._draft_tokens, self._accepted)
+
+    def figures(self) -> ReplayFigures:
+        return ReplayFigures(
+            self.steps, self.stats, self.recent_tokens_per_step(self.steps or 1) or 1.0
+        )
 
     def recent_tokens_per_step(self, window_steps: int) -> float | None:
         """Tokens emitted per step over the last `window_steps` steps (fewer if fewer ran).

@@ -17,13 +17,11 @@ from typing import Literal
 
 from app.engine.capabilities import Refusal
 from app.engine.types import ROUTES, Route, other_route
-from app.errors import InvalidRequestError
 from app.routing.classify import WorkloadClass, classify
 from app.routing.features import RequestFeatures
 from app.routing.learner import Learner
 from app.routing.load_model import Load
 
-HEADER = "X-Speculative"
 Preference = Literal["on", "off", "auto"]
 # Low-cardinality names of why a route was chosen, for metrics.
 Basis = Literal[
@@ -46,15 +44,6 @@ MIN_ACCEPTANCE_SAMPLES = 3
 # answers often start fresh and copy later (bench/results/load_phases: moves judged on 8
 # steps at 1.0 tokens per step sent structured answers plain that went on to draft well).
 CLASS_YIELD_WEIGHT_STEPS = 16
-
-
-def _refused(route: Route, refusal: Refusal, can_switch: bool) -> InvalidRequestError:
-    advice = f"; send {HEADER}: auto" if can_switch else ""
-    return InvalidRequestError(
-        f"{refusal.names}: {refusal.why} on the {route} route{advice}",
-        param=refusal.fields[0] if not can_switch else HEADER,
-        code="unsupported_with_speculation" if route == "speculative" else "unsupported_on_route",
-    )
 
 
 @dataclass(frozen=True)
@@ -103,45 +92,40 @@ class RouteDecision:
 
 
 @dataclass(frozen=True)
+class NoRoute:
+    """No route serves the request as asked; the API layer says so (api/speculative_header.py)."""
+
+    # The route asked for (plain when neither route serves the request).
+    route: Route
+    refusal: Refusal
+    # The other route serves it: the client could leave the choice to the policy.
+    other_serves: bool
+
+
+class Unroutable(Exception):
+    """Raised with the policy's NoRoute by whoever acts on its decision (the dispatcher)."""
+
+    def __init__(self, no_route: NoRoute) -> None:
+        super().__init__(f"no route serves {no_route.refusal.names}")
+        self.no_route = no_route
+
+
+@dataclass(frozen=True)
+class DraftLengths:
+    """What the speculative route takes of a client's draft length."""
+
+    # An embedded speculative engine takes a draft length per request; a remote pool does not.
+    per_request: bool = False
+    # Its K: the longest draft a client may ask for (None: not known here).
+    most: int | None = None
+
+
+@dataclass(frozen=True)
 class ClientChoice:
     """What the X-Speculative header asks: a route preference, and optionally a draft length."""
 
     preference: Preference = "auto"
     draft_length: int | None = None
-
-
-def parse_header(header_value: str | None) -> ClientChoice:
-    """`on`, `off` or `auto`, where `on` and `auto` may add `;k=N` (N >= 1 draft tokens)."""
-    value = (header_value or "auto").strip().lower()
-    head, _, parameter = value.partition(";")
-    head, parameter = head.strip(), parameter.strip()
-    if head not in ("on", "off", "auto"):
-        raise InvalidRequestError(
-            f"{HEADER} must be one of on, off, auto (on and auto may add ;k=N); "
-            f"got {header_value!r}",
-            param=HEADER,
-            code="invalid_header",
-        )
-    if not parameter:
-        return ClientChoice(head)  # type: ignore[arg-type]
-    name, _, number = parameter.partition("=")
-    number = number.strip()
-    # ASCII digits only: str.isdigit() also admits "²", which int() then refuses.
-    if head == "off" or name.strip() != "k" or not (number.isascii() and number.isdigit()):
-        raise InvalidRequestError(
-            f"{HEADER}: only on and auto take a draft length, as on;k=N with N a whole "
-            f"number of at least 1; got {header_value!r}",
-            param=HEADER,
-            code="invalid_header",
-        )
-    length = int(number)
-    if length < 1:
-        raise InvalidRequestError(
-            f"{HEADER}: k must be at least 1 (send off for no drafting); got {header_value!r}",
-            param=HEADER,
-            code="invalid_header",
-        )
-    return ClientChoice(head, length)  # type: ignore[arg-type]
 
 
 class RoutePolicy:
@@ -168,7 +152,7 @@ class RoutePolicy:
         load: Load | None = None,
         refusals: Mapping[Route, Refusal] | None = None,
         running: tuple[RunningWork, ...] = (),
-    ) -> RouteDecision:
+    ) -> RouteDecision | NoRoute:
         """`refusals`: per route, the request's fields that route's engine cannot serve."""
         workload = classify(features)
         load = load or Load()
@@ -176,13 +160,12 @@ class RoutePolicy:
         if preference != "auto":
             route: Route = "speculative" if preference == "on" else "plain"
             if route in refusals:
-                switch = other_route(route) not in refusals
-                raise _refused(route, refusals[route], can_switch=switch)
-            return RouteDecision(route, workload, "header", f"header: {HEADER} {preference}")
+                return NoRoute(route, refusals[route], other_route(route) not in refusals)
+            return RouteDecision(route, workload, "header", f"header: X-Speculative {preference}")
         if refusals:
             open_routes = [route for route in ROUTES if route not in refusals]
             if not open_routes:
-                raise _refused("plain", refusals["plain"], can_switch=False)
+                return NoRoute("plain", refusals["plain"], other_serves=False)
             refused = refusals[other_route(open_routes[0])]
             return RouteDecision(
                 open_routes[0], workload, "unsupported", f"{refused.names}: {refused.why}"

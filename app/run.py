@@ -1,11 +1,11 @@
-"""One routed request in flight: primes the engine, keeps the books, reports when done."""
+"""One routed request in flight: primes the engine, keeps the books, reports once when released."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -18,9 +18,10 @@ from app.engine.types import (
     TokenLogprob,
 )
 from app.errors import EngineFailureError, SpecgateError
-from app.routing.draft_replay import DraftReplay, NgramConfig
+from app.routing.draft_replay import DraftReplay, NgramConfig, ReplayFigures
+from app.routing.feedback import Outcome, RunListener, RunReport
 from app.routing.policy import RouteDecision
-from app.switching import Mover
+from app.switching import Mover, Segment
 
 logger = logging.getLogger("specgate.generation")
 
@@ -31,7 +32,6 @@ ID_PREFIXES: dict[Endpoint, str] = {
     "completions": "cmpl-",
     "responses": "resp_",
 }
-Outcome = Literal["ok", "aborted", "error"]
 
 
 @dataclass
@@ -43,12 +43,13 @@ class ChoiceResult:
     echo: PromptEcho | None = None
 
 
-# Compared by identity: the gateway keeps the runs in flight in a dict.
+# Compared by identity: the dispatcher keeps the runs in flight in a dict.
 @dataclass(eq=False)
 class Run:
     decision: RouteDecision
     endpoint: Endpoint
-    on_finish: Callable[[Run], None]
+    # Told once, when the run is released.
+    listener: RunListener
     request_id: str = ""
     # When the request was made, in Unix seconds: the response's `created`.
     created: int = field(default_factory=lambda: int(time.time()))
@@ -59,12 +60,13 @@ class Run:
     first_token_at: float | None = None
     finished_at: float | None = None
     failed: bool = False
-    # Replays the output through an ngram drafter: what drafting gives this request, on
-    # either route. Set for single-sequence runs on engines that expose token ids.
-    draft_replay: DraftReplay | None = None
+    # The replay config: drafting's figures for single-sequence runs on engines with token ids.
     ngram: NgramConfig | None = None
-    # Set when the request may move between engines mid-stream: its segments.
-    mover: Mover | None = None
+    # Replays the output through an ngram drafter: what drafting gives this request, on
+    # either route (a moving request's mover keeps its own).
+    _replay: DraftReplay | None = None
+    # The steps' source when the request may move between engines mid-stream.
+    _mover: Mover | None = None
     _steps: AsyncIterator[GenerationStep] | None = None
     _first: GenerationStep | None = None
     # The task reading the steps, and why it was told to stop (see `cut`).
@@ -77,7 +79,7 @@ class Run:
         steps: AsyncIterator[GenerationStep],
         decision: RouteDecision,
         endpoint: Endpoint,
-        on_finish: Callable[[Run], None],
+        listener: RunListener,
         request_id: str = "",
         ngram: NgramConfig | None = None,
         mover: Mover | None = None,
@@ -87,7 +89,7 @@ class Run:
         Errors the engine finds in the request surface here, while the caller can still
         answer with an error status instead of a broken stream.
         """
-        run = cls(decision, endpoint, on_finish, request_id, ngram=ngram, mover=mover)
+        run = cls(decision, endpoint, listener, request_id, ngram=ngram, _mover=mover)
         run._steps = steps
         try:
             run._first = await anext(run._steps)
@@ -105,11 +107,32 @@ class Run:
     @property
     def route(self) -> Route:
         """Where the request runs now (or ended)."""
-        return self.mover.route if self.mover is not None else self.decision.route
+        return self._mover.report().route if self._mover is not None else self.decision.route
+
+    @property
+    def segments(self) -> tuple[Segment, ...] | None:
+        """Each engine's share, for a request that may move (None: it may not)."""
+        return self._mover.report().segments if self._mover is not None else None
 
     @property
     def moved(self) -> bool:
-        return self.mover is not None and len(self.mover.segments) > 1
+        return len(self.segments or ()) > 1
+
+    @property
+    def speculative_stats(self) -> SpecDecodeStats | None:
+        """Drafting on the speculative route (summed over its segments when it moved)."""
+        if self._mover is not None:
+            return self._mover.report().speculative_stats
+        # None: the engine gave no figures (a remote upstream without per-request metrics,
+        # or n > 1 there): say nothing rather than report zero acceptance.
+        return self.draft_stats if self.decision.route == "speculative" else None
+
+    @property
+    def replay(self) -> ReplayFigures | None:
+        """What the draft replay has found so far (None: no replay runs)."""
+        if self._mover is not None:
+            return self._mover.report().replay
+        return self._replay.figures() if self._replay is not None else None
 
     @property
     def finished(self) -> bool:
@@ -124,18 +147,6 @@ class Run:
     @property
     def completion_tokens(self) -> int:
         return sum(choice.tokens for choice in self.choices.values())
-
-    @property
-    def time_to_first_token(self) -> float | None:
-        return None if self.first_token_at is None else self.first_token_at - self.started_at
-
-    @property
-    def inter_token_latency(self) -> float | None:
-        """Mean seconds per token after the first, per choice: what speculation changes."""
-        later_tokens = self.completion_tokens - len(self.choices)
-        if self.first_token_at is None or self.finished_at is None or later_tokens <= 0:
-            return None
-        return (self.finished_at - self.first_token_at) * len(self.choices) / later_tokens
 
     async def steps(self) -> AsyncIterator[GenerationStep]:
         """Every step, the primed first one included; accounting is already applied."""
@@ -188,19 +199,42 @@ class Run:
         steps, self._steps = self._steps, None
         await steps.aclose()  # type: ignore[attr-defined]
         self.finished_at = time.monotonic()
-        if self.draft_replay is not None:
-            self.draft_replay.finish()
-        self.on_finish(self)
+        if self._mover is not None:
+            self._mover.finish()
+        if self._replay is not None:
+            self._replay.finish()
+        self.listener.run_finished(self._report(self.finished_at))
+
+    def _report(self, finished_at: float) -> RunReport:
+        ordered = [choice for _, choice in sorted(self.choices.items())]
+        return RunReport(
+            request_id=self.request_id,
+            endpoint=self.endpoint,
+            decision=self.decision,
+            route=self.route,
+            outcome=self.outcome,
+            moved=self.moved,
+            choices=len(self.choices),
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            started_at=self.started_at,
+            first_token_at=self.first_token_at,
+            finished_at=finished_at,
+            draft_stats=self.draft_stats,
+            speculative_stats=self.speculative_stats,
+            replay=self.replay,
+            outputs=tuple(choice.text for choice in ordered),
+        )
 
     def _account(self, step: GenerationStep) -> None:
         self.prompt_tokens = step.prompt_tokens
-        if self.mover is not None:
-            self.draft_replay = self.mover.replay  # the mover replays the output as it moves it
-        elif step.prompt_token_ids is not None and self.ngram and len(step.choices) == 1:
-            self.draft_replay = DraftReplay(step.prompt_token_ids, self.ngram)
+        replays = self._mover is None and self.ngram is not None and len(step.choices) == 1
+        if self._replay is None and replays and step.prompt_token_ids is not None:
+            assert self.ngram is not None
+            self._replay = DraftReplay(step.prompt_token_ids, self.ngram)
         for delta in step.choices:
-            if self.draft_replay is not None and self.mover is None:
-                self.draft_replay.feed(delta.token_ids)
+            if self._replay is not None:
+                self._replay.feed(delta.token_ids)
             choice = self.choices.setdefault(delta.index, ChoiceResult())
             choice.text += delta.text
             choice.tokens += delta.new_tokens
