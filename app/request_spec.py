@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine.types import Prompt, SamplingOptions
+from app.engine.types import ChatMessage, Prompt, SamplingOptions
 from app.routing.policy import ClientChoice
 from app.run import Endpoint
 
@@ -25,3 +25,29 @@ class RequestSpec:
     max_tokens_field: str = "max_tokens"
     # A chat request's function tools, in OpenAI's shape, for the chat template.
     tools: tuple[dict[str, Any], ...] | None = None
+
+    @classmethod
+    def of_turns(
+        cls,
+        endpoint: Endpoint,
+        model: str,
+        turns: list[ChatMessage],
+        options: SamplingOptions,
+        choice: ClientChoice,
+        move_after: int | None,
+        max_tokens_field: str,
+        tools: tuple[dict[str, Any], ...],
+    ) -> RequestSpec:
+        """A chat-shaped request (chat completions, the Responses API): one prompt of turns,
+        routed on their text."""
+        return cls(
+            endpoint,
+            model,
+            [turns],
+            options,
+            routing_text="\n".join(turn["content"] or "" for turn in turns),
+            choice=choice,
+            move_after=move_after,
+            max_tokens_field=max_tokens_field,
+            tools=tools or None,
+        )

@@ -84,16 +84,9 @@ def chat_spec(
         messages = turn.messages
     options = sampling_options(body, body.token_limit(), json_schema, body.logprob_count())
     tools = chat_tools(body) if turn is None or turn.template_tools else ()
-    return RequestSpec(
-        endpoint="chat",
-        model=body.model,
-        prompts=[messages],
-        options=options,
-        routing_text="\n".join(message["content"] or "" for message in messages),
-        choice=routing,
-        move_after=move_after,
-        max_tokens_field="max_completion_tokens" if body.max_completion_tokens else "max_tokens",
-        tools=tools or None,
+    limit_field = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
+    return RequestSpec.of_turns(
+        "chat", body.model, messages, options, routing, move_after, limit_field, tools
     )
 
 

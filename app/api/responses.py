@@ -203,14 +203,6 @@ def response_spec(
         json_schema=json_schema,
     )
     tools = response_tools(body) if turn is None or turn.template_tools else ()
-    return RequestSpec(
-        endpoint="responses",
-        model=body.model,
-        prompts=[turns],
-        options=options,
-        routing_text="\n".join(turn["content"] or "" for turn in turns),
-        choice=routing,
-        move_after=move_after,
-        max_tokens_field="max_output_tokens",
-        tools=tools or None,
+    return RequestSpec.of_turns(
+        "responses", body.model, turns, options, routing, move_after, "max_output_tokens", tools
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from app.encoders.common import finished_choices, public_finish, route_info, usage
+from app.encoders.common import closing, finished_choices, identity, public_finish
 from app.engine.types import ChoiceDelta, TokenLogprob
 from app.run import Run
 from app.schemas.chat import (
@@ -60,15 +60,12 @@ class ChatEncoder:
 
     def response(self, run: Run) -> ChatCompletion:
         return ChatCompletion(
-            id=run.request_id,
-            created=run.created,
-            model=self.model,
+            **identity(run, self.model),
             choices=[
                 self._choice(index, choice.text, chat_logprobs(choice.logprobs), finish)
                 for index, choice, finish in finished_choices(run)
             ],
-            usage=usage(run),
-            specgate=route_info(run),
+            **closing(run),
         )
 
     def _choice(
@@ -118,9 +115,7 @@ class ChatEncoder:
                 return None  # nothing to say yet: a call's name comes with its whole item
             content = self._call_delta(role, calls)
         return ChatCompletionChunk(
-            id=run.request_id,
-            created=run.created,
-            model=self.model,
+            **identity(run, self.model),
             choices=[
                 ChatChunkChoice(
                     index=delta.index,
@@ -160,12 +155,9 @@ class ChatEncoder:
 
     def usage_chunk(self, run: Run) -> ChatCompletionChunk:
         return ChatCompletionChunk(
-            id=run.request_id,
-            created=run.created,
-            model=self.model,
+            **identity(run, self.model),
             choices=[],
-            usage=usage(run),
-            specgate=route_info(run),
+            **closing(run),
         )
 
 

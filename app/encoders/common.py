@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -66,6 +66,16 @@ def usage(run: Run) -> Usage:
         total_tokens=run.prompt_tokens + run.completion_tokens,
         speculative_decoding=speculative_usage(run),
     )
+
+
+def identity(run: Run, model: str) -> dict[str, Any]:
+    """The fields that name a response or chunk: its id, creation time and model."""
+    return {"id": run.request_id, "created": run.created, "model": model}
+
+
+def closing(run: Run) -> dict[str, Any]:
+    """The fields a whole response, or a stream's last chunk, ends with."""
+    return {"usage": usage(run), "specgate": route_info(run)}
 
 
 def route_info(run: Run) -> RouteInfo:

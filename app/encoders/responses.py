@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from app.encoders.common import route_info, speculative_usage
+from app.encoders.common import route_info, usage
 from app.errors import SpecgateError, error_body
 from app.run import Run
 from app.schemas.responses import (
@@ -122,11 +122,13 @@ class ResponsesEncoder:
 
     @staticmethod
     def _usage(run: Run) -> ResponseUsage:
+        # The chat usage under the Responses API's names.
+        counts = usage(run)
         return ResponseUsage(
-            input_tokens=run.prompt_tokens,
-            output_tokens=run.completion_tokens,
-            total_tokens=run.prompt_tokens + run.completion_tokens,
-            speculative_decoding=speculative_usage(run),
+            input_tokens=counts.prompt_tokens,
+            output_tokens=counts.completion_tokens,
+            total_tokens=counts.total_tokens,
+            speculative_decoding=counts.speculative_decoding,
         )
 
     async def events(self, run: Run) -> AsyncIterator[dict[str, str]]:
