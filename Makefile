@@ -58,7 +58,7 @@ bench: install
 	$(BIN)/python -m bench.run $(ARGS)
 
 # The GPU-scale simulation (simulated figures, aiconfigurator-core's H200 step costs; about
-# 5 min): writes bench/results/gpu_sim/.
+# 5 min): writes bench/results/gpu_sim/<run id>/ with its manifest.
 gpu-sim: install
 	$(BIN)/python -m bench.gpu_sim $(ARGS)
 

@@ -1,6 +1,6 @@
 """Issue 20's aims, read off a side-by-side run of bench.load_phases.
 
-    python -m bench.aims bench/results/side_by_side/results.json
+    python -m bench.aims bench/results/load_phases/20261205T043934Z-f046391/results.json
 
 For each arm that is not a baseline: its mean and p90 end-to-end seconds over the best
 baseline's (per statistic, over the slots every compared arm served), for the changing load

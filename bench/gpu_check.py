@@ -15,7 +15,8 @@ specgate server:
 - greedy text is the same both ways;
 - inter-token latency with 1, 8 and 32 requests in flight (`auto`, fixed output lengths),
   and the same for vLLM's own server with and without the method.
-Writes results.json and summary.md to --out; exits 1 if a check failed.
+Writes results.json, summary.md, the manifest and the servers' logs to
+bench/results/gpu_check/<run id>/ (or `--out-dir`); exits 1 if a check failed.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import httpx
 from app.embedded_model import prepare_embedded_model
 from app.engine.cpu_cores import NUMBA_DEFAULTS
 from app.settings import Settings
+from bench.manifest import recorded_run
 from bench.model_folders import make_shape_folder, make_truncated_draft
 from bench.servers import ServerSpec, free_port, serve
 
@@ -206,22 +208,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--platform", choices=["auto", "gpu", "cpu"], default="auto")
     parser.add_argument("--quick", action="store_true", help="fewer runs and loads (CI)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu_check")
+    parser.add_argument(
+        "--out-dir", type=Path, default=None, help="default: bench/results/gpu_check/<run id>/"
+    )
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    with recorded_run("bench.gpu_check", args.out_dir, argv) as run:
+        code = check(args, run.folder)
+        run.outcome = "completed" if code == 0 else "failed"
+        return code
+
+
+def check(args: argparse.Namespace, out: Path) -> int:
     gpu = args.platform == "gpu" or (args.platform == "auto" and shutil.which("nvidia-smi"))
-    args.out.mkdir(parents=True, exist_ok=True)
-    platform = prepare(bool(gpu), args.out / "models", args.quick)
+    platform = prepare(bool(gpu), out / "models", args.quick)
     servers: dict[str, dict[str, Any]] = {}
     for method, layout in platform.runs:
         spec = specgate(platform, method, layout)
-        servers[spec.name] = measure(spec, platform, args.out / "logs", "auto")
+        servers[spec.name] = measure(spec, platform, out / "logs", "auto")
     for method in (None, "ngram") if args.quick else (None, "ngram", "draft_model"):
         spec = vllm(platform, method)
-        servers[spec.name] = measure(spec, platform, args.out / "logs", None)
+        servers[spec.name] = measure(spec, platform, out / "logs", None)
     device = "a GPU host" if gpu else "this CPU"
     results = {"gpu": bool(gpu), "device": device, "quick": args.quick, "servers": servers}
-    (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "summary.md").write_text(summary(results))
+    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    (out / "summary.md").write_text(summary(results))
     print(summary(results))
     failed = [
         f"{name}: {key}"

@@ -16,7 +16,7 @@ settings is started alone first, for the start-up reference. Per layout:
 - a forced move (X-Specgate-Move-After: 32) from plain to speculative: the longest gap
   between chunks, which holds the move, against the median gap.
 
-    python -m bench.layouts --out bench/results/layouts.json      # about 8 minutes
+    python -m bench.layouts      # about 8 minutes; bench/results/layouts/<run id>/ (or --out-dir)
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import itertools
 import json
 import re
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -36,12 +37,12 @@ import httpx
 import psutil
 
 from app.embedded_model import MODEL_NAME
+from bench.manifest import recorded_run
 from bench.mixed_batch import JSON_CONTINUATION, POEM
 from bench.run import MODEL_DIR
-from bench.servers import RunningServer, free_port, serve, specgate_spec, vllm_spec
+from bench.servers import ServerProcess, free_port, serve, specgate_spec, vllm_spec
 
 REPO = Path(__file__).resolve().parents[1]
-LOG_DIR = REPO / "bench" / "results" / "logs"
 KV_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")
 ROUTES = ("off", "on", "on;k=2")
 GREEDY_PROMPTS = {
@@ -168,7 +169,7 @@ async def _greedy(base: str) -> dict[str, str]:
     return texts
 
 
-def _tree_rss_mib(server: RunningServer) -> float:
+def _tree_rss_mib(server: ServerProcess) -> float:
     processes = [psutil.Process(server.process.pid), *server.tracked.values()]
     total = 0
     for process in {p.pid: p for p in processes}.values():
@@ -179,20 +180,20 @@ def _tree_rss_mib(server: RunningServer) -> float:
     return total / 2**20
 
 
-def _kv_tokens(server: RunningServer) -> list[int]:
+def _kv_tokens(server: ServerProcess) -> list[int]:
     text = server.log_path.read_text(errors="replace")
     return [int(match.replace(",", "")) for match in KV_LINE.findall(text)]
 
 
-def measure_layouts(layouts: list[str], repeats: int, tokens: int) -> dict[str, Any]:
+def measure_layouts(layouts: list[str], repeats: int, tokens: int, log_dir: Path) -> dict[str, Any]:
     """Start a server per layout (one after another, so start-up is timed alone), then
     measure them side by side."""
     with contextlib.ExitStack() as stack:
-        servers: dict[str, RunningServer] = {}
+        servers: dict[str, ServerProcess] = {}
         for layout in layouts:
             args = ["--engine-layout", layout, "--routing-exploration", "0"]
             spec = specgate_spec(REPO, args, f"specgate-{layout}")
-            servers[layout] = stack.enter_context(serve(spec, free_port(), LOG_DIR, 600))
+            servers[layout] = stack.enter_context(serve(spec, free_port(), log_dir, 600))
         bases = {layout: server.base_url for layout, server in servers.items()}
         speeds = asyncio.run(_speeds(bases, repeats, tokens))
         results: dict[str, Any] = {}
@@ -208,9 +209,9 @@ def measure_layouts(layouts: list[str], repeats: int, tokens: int) -> dict[str, 
         return results
 
 
-def vllm_startup_s() -> float:
+def vllm_startup_s(log_dir: Path) -> float:
     spec = vllm_spec(MODEL_DIR, MODEL_NAME, True, [], REPO)
-    with serve(spec, free_port(), LOG_DIR, 600) as server:
+    with serve(spec, free_port(), log_dir, 600) as server:
         return server.startup_s
 
 
@@ -258,21 +259,26 @@ def report(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m bench.layouts", description=__doc__)
     parser.add_argument("--layouts", default="two,one")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--skip-vllm", action="store_true", help="no vLLM start-up reference")
-    parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON")
-    args = parser.parse_args()
-    results: dict[str, Any] = {}
-    if not args.skip_vllm:
-        results["vllm_startup_s"] = vllm_startup_s()
-    results.update(measure_layouts(args.layouts.split(","), args.repeats, args.max_tokens))
-    print(report(results), flush=True)
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    parser.add_argument(
+        "--out-dir", type=Path, default=None, help="default: bench/results/layouts/<run id>/"
+    )
+    args = parser.parse_args(argv)
+    with recorded_run("bench.layouts", args.out_dir, argv) as run:
+        log_dir = run.folder / "logs"
+        results: dict[str, Any] = {}
+        if not args.skip_vllm:
+            results["vllm_startup_s"] = vllm_startup_s(log_dir)
+        layouts = args.layouts.split(",")
+        results.update(measure_layouts(layouts, args.repeats, args.max_tokens, log_dir))
+        print(report(results), flush=True)
+        (run.folder / "results.json").write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -34,8 +34,9 @@ import httpx
 
 from bench import report
 from bench.client import Arm, Prompt, Sample, measure, request_body
+from bench.manifest import recorded_run
 from bench.report import ms_cell, num_cell, s_cell
-from bench.run import MODEL_DIR, MODEL_NAME, REPO, load_prompts, machine_info, stop_on_sigterm
+from bench.run import MODEL_DIR, MODEL_NAME, REPO, load_prompts, stop_on_sigterm
 from bench.servers import (
     NGRAM_CONFIG,
     ServerError,
@@ -651,7 +652,6 @@ def write_results(
         "started": started.isoformat(timespec="seconds"),
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, "-m", "bench.load_phases", *args.argv]),
-        "machine": machine_info(),
         "settings": _settings(args),
         "phases": [asdict(p) for p in phases],
         "prompts": {"path": str(args.prompts), "split": args.split, "ids": [p.id for p in prompts]},
@@ -792,7 +792,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(explicit flags still win)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print the schedule and exit")
-    parser.add_argument("--out-dir", type=Path, default=REPO / "bench" / "results" / "load_phases")
+    parser.add_argument(
+        "--out-dir", type=Path, default=None, help="default: bench/results/load_phases/<run id>/"
+    )
     parser.add_argument("--model-name", default=MODEL_NAME, help="served model id")
     parser.add_argument("--model-dir", type=Path, default=MODEL_DIR, help="for vLLM's server")
     parser.add_argument("--vllm-args", default="", help="extra flags for vLLM's server")
@@ -858,13 +860,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{slot.index:3d} {slot.phase:7s} {s_cell(slot.at_s):>7s} {slot.prompt_id}")
         return 0
     signal.signal(signal.SIGTERM, stop_on_sigterm)
-    started = datetime.now(UTC)
-    try:
-        records, servers = run_all(args, schedule, phases, prompts)
-    except KeyboardInterrupt:
-        logger.error("interrupted; the servers are stopped, no results written")
-        return 130
-    return write_results(args, started, phases, prompts, schedule, records, servers)
+    with recorded_run("bench.load_phases", args.out_dir, args.argv) as run:
+        args.out_dir = run.folder
+        try:
+            records, servers = run_all(args, schedule, phases, prompts)
+        except KeyboardInterrupt:
+            logger.error("interrupted; the servers are stopped, no results written")
+            run.outcome = "interrupted"
+            return 130
+        code = write_results(args, run.started, phases, prompts, schedule, records, servers)
+        run.outcome = "completed" if code == 0 else "failed"
+        return code
 
 
 if __name__ == "__main__":

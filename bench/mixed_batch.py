@@ -4,7 +4,8 @@ For each layout, one fresh specgate server runs, each batch `--repeats` times af
 one JSON continuation alone (speculative), one poem alone (plain), poems on the plain engine
 beside JSON continuations on the speculative one, and the same batch all on the plain engine.
 Every request asks for exactly `--max-tokens` tokens (`ignore_eos`). The wall time of each
-batch is printed, min and max over the repeats.
+batch is printed, min and max over the repeats, and written with the manifest and the
+servers' logs to bench/results/mixed_batch/<run id>/ (or `--out-dir`).
 
     python -m bench.mixed_batch                       # split and shared, about 4 minutes
     python -m bench.mixed_batch --layouts split --repeats 3
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,7 @@ from typing import Any
 import httpx
 
 from app.embedded_model import MODEL_NAME
+from bench.manifest import recorded_run
 from bench.servers import free_port, serve, specgate_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,23 +86,29 @@ async def _measure(base: str, repeats: int, tokens: int) -> dict[str, list[float
     return walls
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m bench.mixed_batch", description=__doc__)
     parser.add_argument("--layouts", default="split,shared", help="--engine-cpus values")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--out", type=Path, default=None, help="also write the walls as JSON")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--out-dir", type=Path, default=None, help="default: bench/results/mixed_batch/<run id>/"
+    )
+    args = parser.parse_args(argv)
     results: dict[str, dict[str, list[float]]] = {}
-    for layout in args.layouts.split(","):
-        spec = specgate_spec(REPO, ["--engine-cpus", layout, "--routing-exploration", "0"])
-        log_dir = REPO / "bench" / "results" / "logs"
-        with serve(spec, free_port(), log_dir, 600) as server:
-            results[layout] = asyncio.run(_measure(server.base_url, args.repeats, args.max_tokens))
-        for name, walls in results[layout].items():
-            print(f"{layout:7s} {name:45s} {min(walls):6.2f} {max(walls):6.2f} s", flush=True)
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    with recorded_run("bench.mixed_batch", args.out_dir, argv) as run:
+        for layout in args.layouts.split(","):
+            spec = specgate_spec(REPO, ["--engine-cpus", layout, "--routing-exploration", "0"])
+            with serve(spec, free_port(), run.folder / "logs", 600) as server:
+                walls = asyncio.run(_measure(server.base_url, args.repeats, args.max_tokens))
+            results[layout] = walls
+            for name, batch_walls in walls.items():
+                print(
+                    f"{layout:7s} {name:45s} {min(batch_walls):6.2f} {max(batch_walls):6.2f} s",
+                    flush=True,
+                )
+        (run.folder / "results.json").write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":

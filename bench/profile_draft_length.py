@@ -4,7 +4,9 @@ For each layout a fresh specgate server runs; `--concurrency` sampled poems at a
 the plain route (in `one`: draft length 0 in the speculative engine) for `--seconds` while
 py-spy samples that route's vLLM worker process (and, in `one`, its engine core). The
 printout is each function's share of the samples, own time and with callees, so the two
-layouts can be compared line by line. Needs py-spy (`pip install py-spy`) and ptrace rights.
+layouts can be compared line by line; the shares, the raw profiles, the manifest and the
+servers' logs go to bench/results/profile_draft_length/<run id>/ (or `--out-dir`). Needs
+py-spy (`pip install py-spy`) and ptrace rights.
 
     python -m bench.profile_draft_length --concurrency 1 --seconds 40
 """
@@ -16,6 +18,7 @@ import asyncio
 import collections
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,14 +27,14 @@ import httpx
 import psutil
 
 from app.embedded_model import MODEL_NAME
+from bench.manifest import recorded_run
 from bench.mixed_batch import POEM
-from bench.servers import RunningServer, free_port, serve, specgate_spec
+from bench.servers import ServerProcess, free_port, serve, specgate_spec
 
 REPO = Path(__file__).resolve().parents[1]
-LOG_DIR = REPO / "bench" / "results" / "logs"
 
 
-def route_processes(server: RunningServer, layout: str) -> dict[str, int]:
+def route_processes(server: ServerProcess, layout: str) -> dict[str, int]:
     """The plain route's engine core and worker pids (in `two`, the second engine started)."""
     root = psutil.Process(server.process.pid)
     cores = [p for p in root.children() if "EngineCore" in " ".join(p.cmdline())]
@@ -78,16 +81,16 @@ def shares(raw: Path) -> tuple[collections.Counter[str], collections.Counter[str
     return own, inclusive, total
 
 
-def profile(layout: str, concurrency: int, seconds: float) -> dict[str, Any]:
+def profile(layout: str, concurrency: int, seconds: float, folder: Path) -> dict[str, Any]:
     args = ["--engine-layout", layout, "--routing-exploration", "0"]
     spec = specgate_spec(REPO, args, f"specgate-{layout}")
-    with serve(spec, free_port(), LOG_DIR, 600) as server:
+    with serve(spec, free_port(), folder / "logs", 600) as server:
         asyncio.run(keep_busy(server.base_url, concurrency, 10))  # warm-up
         pids = route_processes(server, layout)
         recordings = {}
         spies = []
         for name, pid in pids.items():
-            out = LOG_DIR / f"profile-{layout}-{name}.txt"
+            out = folder / f"profile-{layout}-{name}.txt"
             command = ["py-spy", "record", "-p", str(pid), "-d", str(int(seconds))]
             command += ["-f", "raw", "-o", str(out), "-r", "200", "--nonblocking"]
             spies.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
@@ -108,27 +111,33 @@ def profile(layout: str, concurrency: int, seconds: float) -> dict[str, Any]:
     return result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(
         prog="python -m bench.profile_draft_length", description=__doc__
     )
     parser.add_argument("--layouts", default="two,one")
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=40)
-    parser.add_argument("--out", type=Path, default=None, help="also write the shares as JSON")
-    args = parser.parse_args()
-    results = {
-        layout: profile(layout, args.concurrency, args.seconds)
-        for layout in args.layouts.split(",")
-    }
-    for layout, result in results.items():
-        print(f"\n## {layout}: {result['tokens_per_s']:.1f} tokens/s on the plain route")
-        for name in ("worker", "core"):
-            print(f"\n{name}, {result[name]['samples']} samples; inclusive share:")
-            for function, share in result[name]["inclusive"].items():
-                print(f"  {share:6.1%}  {function}")
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=None,
+        help="default: bench/results/profile_draft_length/<run id>/",
+    )
+    args = parser.parse_args(argv)
+    with recorded_run("bench.profile_draft_length", args.out_dir, argv) as run:
+        results = {
+            layout: profile(layout, args.concurrency, args.seconds, run.folder)
+            for layout in args.layouts.split(",")
+        }
+        for layout, result in results.items():
+            print(f"\n## {layout}: {result['tokens_per_s']:.1f} tokens/s on the plain route")
+            for name in ("worker", "core"):
+                print(f"\n{name}, {result[name]['samples']} samples; inclusive share:")
+                for function, share in result[name]["inclusive"].items():
+                    print(f"  {share:6.1%}  {function}")
+        (run.folder / "results.json").write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The gateway's own ceiling: streamed tokens/s direct from a fast upstream and through specgate.
 
-`python -m bench.relay --out bench/results/relay.json` starts three servers and measures, at
+`python -m bench.relay` starts three servers and measures, at
 each concurrency, in one run and interleaved (so drift hits every path alike):
 
 | path | what the client talks to |
@@ -13,6 +13,8 @@ Each phase sends `--streams` chat streams of `--tokens` tokens (after a warm-up 
 per connection), `c` at a time, and reports aggregate tokens/s, the p50/p99 delay between
 successive reads that brought data, tokens per event, and the CPU time the server (its
 process tree) spent per token. `relay / direct` is taken per repeat, then the median.
+Writes results.json, the manifest and the servers' logs to bench/results/relay/<run id>/ (or
+`--out-dir`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from pathlib import Path
 
 import psutil
 
-from bench.servers import RunningServer, ServerSpec, free_port, serve
+from bench.manifest import recorded_run
+from bench.servers import ServerProcess, ServerSpec, free_port, serve
 from bench.stream_client import StreamResult, chat_request, stream_once
 
 logger = logging.getLogger("bench.relay")
@@ -56,7 +59,7 @@ class Phase:
 
 
 async def run_phase(
-    server: RunningServer, concurrency: int, streams: int, tokens: int, model: str
+    server: ServerProcess, concurrency: int, streams: int, tokens: int, model: str
 ) -> tuple[list[StreamResult], float, float]:
     """The phase's streams, its seconds, and the server's CPU seconds while it ran."""
     body = {
@@ -87,7 +90,7 @@ async def run_phase(
     return results, elapsed, cpu_seconds(server) - cpu_before
 
 
-def cpu_seconds(server: RunningServer) -> float:
+def cpu_seconds(server: ServerProcess) -> float:
     """User + system CPU time of the server and its children so far."""
     process = psutil.Process(server.process.pid)
     total = 0.0
@@ -186,7 +189,8 @@ def print_table(summary: dict[str, object]) -> None:
             print(f"{level:>4} relay / direct = {row['relay_over_direct']:.3f}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", default="1,16,64")
     parser.add_argument("--tokens", type=int, default=256)
@@ -195,12 +199,29 @@ def main() -> None:
     parser.add_argument("--paths", default=",".join(PATHS))
     parser.add_argument("--workers", type=int, default=1, help="specgate processes (relay)")
     parser.add_argument("--embedded-cpu", type=int, default=1, help="core for the embedded path")
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--log-dir", type=Path, default=REPO / "bench" / "results" / "logs")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--out-dir", type=Path, default=None, help="default: bench/results/relay/<run id>/"
+    )
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     levels = [int(level) for level in args.concurrency.split(",")]
     paths = [path for path in args.paths.split(",") if path]
+    with recorded_run("bench.relay", args.out_dir, argv) as run:
+        phases = measure(args, levels, paths, run.folder / "logs")
+        summary = report(phases, levels)
+        print_table(summary)
+        document = {
+            "command": run.command,
+            "summary": summary,
+            "phases": [asdict(p) for p in phases],
+        }
+        (run.folder / "results.json").write_text(json.dumps(document, indent=1) + "\n")
+        logger.info("wrote %s", run.folder / "results.json")
+
+
+def measure(
+    args: argparse.Namespace, levels: list[int], paths: list[str], log_dir: Path
+) -> list[Phase]:
     upstream_port = free_port()
     upstream_url = f"http://127.0.0.1:{upstream_port}"
     upstream_argv = [sys.executable, "-m", "bench.stream_upstream", "--tokens", str(args.tokens)]
@@ -208,12 +229,10 @@ def main() -> None:
     phases: list[Phase] = []
     with ExitStack() as stack:
         upstream = ServerSpec("stream-upstream", upstream_argv, REPO)
-        servers = {"direct": stack.enter_context(serve(upstream, upstream_port, args.log_dir, 30))}
+        servers = {"direct": stack.enter_context(serve(upstream, upstream_port, log_dir, 30))}
         for path in ("relay", "embedded"):
             if path in paths:
-                servers[path] = stack.enter_context(
-                    serve(specs[path], free_port(), args.log_dir, 60)
-                )
+                servers[path] = stack.enter_context(serve(specs[path], free_port(), log_dir, 60))
         model = {
             "direct": "relay-bench",
             "relay": "relay-bench",
@@ -229,13 +248,7 @@ def main() -> None:
                     phase = summarize(path, level, repeat, results, seconds, cpu)
                     logger.info("%s", phase)
                     phases.append(phase)
-    summary = report(phases, levels)
-    print_table(summary)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        command = "python -m bench.relay " + " ".join(sys.argv[1:])
-        document = {"command": command, "summary": summary, "phases": [asdict(p) for p in phases]}
-        args.out.write_text(json.dumps(document, indent=1) + "\n")
+    return phases
 
 
 if __name__ == "__main__":

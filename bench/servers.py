@@ -1,13 +1,22 @@
-"""Start one server at a time, wait for /health, and stop it with all its processes.
+"""The one launcher of server processes, for benchmarks and tests alike: start specgate
+(`python -m app`), vLLM's OpenAI server or any `python -m` server on a port, with its output
+in a log file; wait for its /health; stop it with everything it started.
 
-Memory is tight (two fp32 engines need most of NUMA node 0), so servers never overlap. vLLM's
-engine cores run in child processes that can outlive a parent stopped by SIGTERM alone, so
-every descendant seen while the server ran is tracked and stopped too. Only processes this
-runner started are ever signalled.
+Each server runs in a process group of its own (a new session), so Ctrl-C in the terminal
+reaches only the caller, which then stops the server in order. vLLM's engine cores run in
+child processes that can outlive a parent stopped by SIGTERM alone, so every descendant seen
+while the server ran, and every process left in its group, is stopped too, and stopping fails
+if one survives SIGKILL. Only processes this launcher started are ever signalled; any still
+running when the interpreter exits are killed then.
+
+Memory is tight on the benchmark machine (two fp32 engines need most of NUMA node 0), so the
+benchmarks never run two engine servers at once.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import logging
 import os
@@ -29,6 +38,11 @@ from app.engine.cpu_cores import NUMBA_DEFAULTS
 
 logger = logging.getLogger("bench.servers")
 
+REPO = Path(__file__).resolve().parents[1]
+START_TIMEOUT_S = 900.0  # a cold start converts the model and compiles both engines
+STOP_GRACE_S = 90.0  # SIGTERM to exit; then SIGKILL
+LEFTOVER_GRACE_S = 10.0  # for children to notice their parent is gone, before signalling them
+
 NGRAM_CONFIG = {
     "method": "ngram",
     "num_speculative_tokens": 5,
@@ -43,28 +57,26 @@ class ServerError(RuntimeError):
 
 @dataclass(frozen=True)
 class ServerSpec:
-    name: str
-    argv: list[str]  # without --port, which is chosen at start
+    name: str  # the log file's name, and the server's in messages
+    argv: list[str]  # without --port, which the launcher adds
     cwd: Path
     env: dict[str, str] = field(default_factory=dict)  # added to this process's environment
 
 
-@dataclass
-class RunningServer:
-    spec: ServerSpec
-    port: int
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    startup_s: float = 0.0
-    tracked: dict[int, psutil.Process] = field(default_factory=dict)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+def module_spec(
+    module: str,
+    args: list[str],
+    cwd: Path = REPO,
+    name: str | None = None,
+    env: dict[str, str] | None = None,
+) -> ServerSpec:
+    """`python -m module *args`."""
+    default = "specgate" if module == "app" else module.rsplit(".", 1)[-1]
+    return ServerSpec(name or default, [sys.executable, "-m", module, *args], cwd, dict(env or {}))
 
 
 def specgate_spec(repo: Path, extra_args: list[str], name: str = "specgate") -> ServerSpec:
-    return ServerSpec(name, [sys.executable, "-m", "app", *extra_args], repo)
+    return module_spec("app", extra_args, repo, name)
 
 
 def whole_machine_env() -> dict[str, str]:
@@ -85,10 +97,7 @@ def vllm_spec(
 ) -> ServerSpec:
     """`speculative`: False, True (ngram K=5), or a whole --speculative-config."""
     # The same engine settings specgate uses on CPUs, so only the gateway differs.
-    argv = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
+    args = [
         "--model",
         str(model_dir),
         "--served-model-name",
@@ -102,12 +111,12 @@ def vllm_spec(
     env = dict(env or {})
     if speculative:
         config = NGRAM_CONFIG if speculative is True else speculative
-        argv += ["--speculative-config", json.dumps(config)]
+        args += ["--speculative-config", json.dumps(config)]
         # The numba setting specgate gives its engines (app/engine/cpu_cores.py): without it
         # vLLM's own ngram proposer slows every later step, so the baseline gets it too.
         env = {**NUMBA_DEFAULTS, **env}
     name = name or ("vllm-spec" if speculative else "vllm-plain")
-    return ServerSpec(name, argv + extra_args, cwd, env)
+    return module_spec("vllm.entrypoints.openai.api_server", args + extra_args, cwd, name, env)
 
 
 def free_port() -> int:
@@ -116,90 +125,165 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+_RUNNING: dict[int, ServerProcess] = {}
+
+
+class ServerProcess:
+    """One server process, started on construction (in its own process group) with its
+    output in `log_path`; `wait_ready()` waits for its /health, `stop()` ends it."""
+
+    def __init__(self, spec: ServerSpec, log_path: Path, port: int | None = None) -> None:
+        self.spec = spec
+        self.port = port or free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.startup_s = 0.0
+        # Every descendant seen, as psutil.Process objects: they check the start time, so a
+        # reused pid is never mistaken for ours.
+        self.tracked: dict[int, psutil.Process] = {}
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv = [*spec.argv, "--port", str(self.port)]
+        logger.info("starting %s: %s (log: %s)", spec.name, " ".join(argv), log_path)
+        with log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                argv,
+                cwd=spec.cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **spec.env},
+                start_new_session=True,
+            )
+        _RUNNING[self.process.pid] = self
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> float:
+        """Seconds from start to a 200 from /health; on exit or timeout, ServerError with the
+        log's tail (a server that timed out is killed first)."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout_s:
+            self._track()
+            if self.process.poll() is not None:
+                raise ServerError(
+                    f"{self.name} exited with {self.process.returncode} during start-up; "
+                    f"log tail:\n{self.log_tail()}"
+                )
+            try:
+                if httpx.get(f"{self.base_url}/health", timeout=5).status_code == 200:
+                    self._track()  # the engine cores exist by now
+                    self.startup_s = time.monotonic() - started
+                    logger.info("%s healthy after %.1f s", self.name, self.startup_s)
+                    return self.startup_s
+            except httpx.HTTPError:
+                pass  # not listening yet
+            time.sleep(1.0)
+        self.kill()
+        raise ServerError(f"{self.name} not healthy after {timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def descendants(self) -> list[psutil.Process]:
+        """The server's processes below it, alive now."""
+        try:
+            return list(psutil.Process(self.process.pid).children(recursive=True))
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(
+        self, sig: signal.Signals = signal.SIGTERM, grace_s: float = STOP_GRACE_S
+    ) -> list[psutil.Process]:
+        """Send `sig` and wait for the server to exit (SIGKILL after `grace_s`), then stop
+        whatever it left running. Returns those leftovers (stopped by now: a clean stop
+        leaves none); ServerError if one survives SIGKILL."""
+        if sig == signal.SIGKILL:
+            self.kill()
+            return []
+        self._track()
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                logger.warning("%s ignored %s for %.0f s; killing it", self.name, sig.name, grace_s)
+                self.process.kill()
+                self.process.wait(30)
+        _RUNNING.pop(self.process.pid, None)
+        # Children notice their parent is gone on their own (vLLM workers, the multiprocessing
+        # resource tracker); give them a moment before signalling any.
+        _, leftovers = psutil.wait_procs(self._others(), timeout=LEFTOVER_GRACE_S)
+        leftovers = [p for p in leftovers if _alive(p)]
+        for process in leftovers:
+            logger.warning(
+                "%s left %s (%s) running; stopping it", self.name, process.pid, _name(process)
+            )
+            _signal(process, kill=False)
+        _, still = psutil.wait_procs(leftovers, timeout=15)
+        for process in still:
+            _signal(process, kill=True)
+        psutil.wait_procs(still, timeout=10)
+        survivors = [f"{p.pid} ({_name(p)})" for p in self._others()]
+        if survivors:
+            raise ServerError(f"{self.name}: processes survived stopping: {survivors}")
+        logger.info("%s stopped (exit %s)", self.name, self.process.returncode)
+        return leftovers
+
+    def kill(self) -> None:
+        """SIGKILL the server and every process under it at once, as a crashed node would go."""
+        self._track()
+        processes = [*self.tracked.values()]
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)  # the group: the server is its leader
+        for process in processes:
+            _signal(process, kill=True)
+        self.process.wait()
+        _RUNNING.pop(self.process.pid, None)
+        psutil.wait_procs(processes, timeout=30)
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def _track(self) -> None:
+        for child in self.descendants():
+            self.tracked.setdefault(child.pid, child)
+
+    def _others(self) -> list[psutil.Process]:
+        """Every process of the server's but the server itself still alive: those tracked,
+        and those left in its process group (started after the last look)."""
+        found = {pid: p for pid, p in self.tracked.items() if _alive(p)}
+        for process in psutil.process_iter():
+            with contextlib.suppress(ProcessLookupError, psutil.Error):
+                if process.pid not in found and os.getpgid(process.pid) == self.process.pid:
+                    if _alive(process):
+                        found[process.pid] = process
+        return list(found.values())
+
+
 @contextmanager
 def serve(
     spec: ServerSpec, port: int, log_dir: Path, startup_timeout_s: float
-) -> Iterator[RunningServer]:
-    """Run the server for the duration of the block; it is stopped however the block ends."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{spec.name}.log"
-    argv = [*spec.argv, "--port", str(port)]
-    logger.info("starting %s: %s (log: %s)", spec.name, " ".join(argv), log_path)
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            argv,
-            cwd=spec.cwd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **spec.env},
-        )
-    server = RunningServer(spec, port, process, log_path)
+) -> Iterator[ServerProcess]:
+    """Run the server for the duration of the block, healthy on entry; it is stopped however
+    the block ends."""
+    server = ServerProcess(spec, log_dir / f"{spec.name}.log", port)
     try:
-        server.startup_s = _wait_healthy(server, startup_timeout_s)
-        logger.info("%s healthy after %.1f s", spec.name, server.startup_s)
+        server.wait_ready(startup_timeout_s)
         yield server
     finally:
-        stop(server)
+        server.stop()
 
 
-def _wait_healthy(server: RunningServer, timeout_s: float) -> float:
-    started = time.monotonic()
-    deadline = started + timeout_s
-    while time.monotonic() < deadline:
-        _track_descendants(server)
-        if server.process.poll() is not None:
-            raise ServerError(
-                f"{server.spec.name} exited with {server.process.returncode} during start-up; "
-                f"log tail:\n{_tail(server.log_path)}"
-            )
-        try:
-            if httpx.get(f"{server.base_url}/health", timeout=5).status_code == 200:
-                _track_descendants(server)  # the engine cores exist by now
-                return time.monotonic() - started
-        except httpx.HTTPError:
-            pass  # not listening yet
-        time.sleep(1.0)
-    raise ServerError(f"{server.spec.name} not healthy after {timeout_s:.0f} s")
-
-
-def stop(server: RunningServer, grace_s: float = 90.0) -> None:
-    """SIGTERM the server, wait, then stop any descendant that outlived it."""
-    _track_descendants(server)
-    if server.process.poll() is None:
-        server.process.send_signal(signal.SIGTERM)
-        try:
-            server.process.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            logger.warning("%s ignored SIGTERM for %.0f s; killing it", server.spec.name, grace_s)
-            server.process.kill()
-            server.process.wait(30)
-    # Children notice their parent is gone on their own (vLLM workers, the multiprocessing
-    # resource tracker); give them a moment before signalling any.
-    _, leftovers = psutil.wait_procs([p for p in server.tracked.values() if _alive(p)], timeout=10)
-    leftovers = [p for p in leftovers if _alive(p)]
-    for process in leftovers:
-        logger.warning(
-            "%s left %s (%s) running; stopping it", server.spec.name, process.pid, _name(process)
-        )
-        _signal(process, kill=False)
-    _, still = psutil.wait_procs(leftovers, timeout=15)
-    for process in still:
-        _signal(process, kill=True)
-    psutil.wait_procs(still, timeout=10)
-    survivors = [f"{p.pid} ({_name(p)})" for p in server.tracked.values() if _alive(p)]
-    if survivors:
-        raise ServerError(f"{server.spec.name}: processes survived stopping: {survivors}")
-    logger.info("%s stopped (exit %s)", server.spec.name, server.process.returncode)
-
-
-def _track_descendants(server: RunningServer) -> None:
-    # Remembered as psutil.Process objects: they check the start time, so a reused pid is
-    # never mistaken for ours.
-    try:
-        for child in psutil.Process(server.process.pid).children(recursive=True):
-            server.tracked.setdefault(child.pid, child)
-    except psutil.NoSuchProcess:
-        pass
+@atexit.register
+def _kill_left_running() -> None:
+    # A caller that never stopped its server (a hard error, a second Ctrl-C): its own process
+    # group would keep it running after the caller is gone.
+    for server in list(_RUNNING.values()):
+        if server.process.poll() is None:
+            logger.warning("%s still running at exit; killing it", server.name)
+            server.kill()
 
 
 def _alive(process: psutil.Process) -> bool:
@@ -221,10 +305,3 @@ def _name(process: psutil.Process) -> str:
         return str(process.name())
     except psutil.Error:
         return "?"
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"

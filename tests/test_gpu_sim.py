@@ -186,7 +186,7 @@ def test_the_specgate_arm_runs_the_gateways_policy_and_feeds_its_learner() -> No
 
 
 def test_one_command_writes_labelled_results(tmp_path: Path) -> None:
-    runner.main(["--quick", "--out", str(tmp_path)])
+    runner.main(["--quick", "--out-dir", str(tmp_path)])
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["simulated"] is True
     assert results["aiconfigurator_core"]

@@ -135,7 +135,7 @@ CPU_STEP_PRIOR = StepCostPrior(
 # work adds about 1.2 ms a step when scheduling is synchronous (as for n-gram drafting;
 # SpecDecode-Bench's fit to vLLM 0.10.1 on an H100); non-attention work priced per token
 # verified puts a draft token near 0.012 ms (0.004 below about 128 tokens a step, 0.02
-# above: the GPU simulation's learned lines, bench/results/gpu_sim). The speculative
+# above: the GPU simulation's learned lines, bench/results/gpu_sim/). The speculative
 # path's price per sequence is a guess (the rejection sampler's work per row), not a
 # measurement.
 GPU_STEP_PRIOR = StepCostPrior(

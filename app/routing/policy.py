@@ -41,8 +41,9 @@ MOVE_MARGIN = 1.25
 # Acceptance must have been seen this often before it can veto speculation.
 MIN_ACCEPTANCE_SAMPLES = 3
 # A request's own drafting yield counts as this many steps of its class's typical yield:
-# answers often start fresh and copy later (bench/results/load_phases: moves judged on 8
-# steps at 1.0 tokens per step sent structured answers plain that went on to draft well).
+# answers often start fresh and copy later (bench.load_phases on 2026-12-03, kept in
+# `git log -- bench/results/load_phases`: moves judged on 8 steps at 1.0 tokens per step sent
+# structured answers plain that went on to draft well).
 CLASS_YIELD_WEIGHT_STEPS = 16
 
 

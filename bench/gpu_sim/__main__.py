@@ -2,15 +2,14 @@
 
 Everything it reports is simulated: step costs come from aiconfigurator-core's per-operation
 times measured by NVIDIA for vLLM on H200s, not from a GPU this project ran. `--quick` runs a
-short version (one machine, fewer requests) for CI.
+short version (one machine, fewer requests) for CI. Writes results.json, summary.md,
+latency.png and the manifest to bench/results/gpu_sim/<run id>/ (or `--out-dir`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,8 +33,7 @@ from bench.gpu_sim.scenarios import (
     steady,
 )
 from bench.gpu_sim.workload import LENGTHS, Phase, RequestMaker
-
-RESULTS = Path(__file__).resolve().parent.parent / "results" / "gpu_sim"
+from bench.manifest import recorded_run
 
 
 def scenarios(
@@ -108,50 +106,49 @@ def reality_check() -> dict[str, Any]:
     }
 
 
-def commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
-
-
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one machine, short scenarios (CI)")
     parser.add_argument("--scale", type=float, default=1.0, help="requests per scenario, scaled")
     parser.add_argument("--seed", type=int, default=3, help="the traffic (3: the committed run)")
     parser.add_argument("--machines", default=",".join(m.name for m in MACHINES))
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--out-dir", type=Path, default=None, help="default: bench/results/gpu_sim/<run id>/"
+    )
     args = parser.parse_args(argv)
     chosen = [m for m in MACHINES if m.name in args.machines.split(",")]
     if args.quick:
         chosen, args.scale = chosen[:1], min(args.scale, 0.2)
-    started = time.perf_counter()
-    machines = {}
-    for machine in chosen:
-        began = time.perf_counter()
-        machines[machine.name] = run_machine(machine, args.scale, args.seed, args.quick)
-        print(f"{machine.name}: {time.perf_counter() - began:.1f} s", file=sys.stderr)
-    results = {
-        "simulated": True,
-        "aiconfigurator_core": aiconfigurator_version(),
-        "data_source": (
-            f"aiconfigurator-core {aiconfigurator_version()} performance database, system "
-            f"{GPU}, backend vllm (per-operation times measured by NVIDIA for vLLM 0.24.0)"
-        ),
-        "command": shlex.join(["python", "-m", "bench.gpu_sim", *(argv or sys.argv[1:])]),
-        "commit": commit(),
-        "seed": args.seed,
-        "scale": args.scale,
-        "host_ms_per_step": HOST_MS_PER_STEP,
-        "reality_check": reality_check(),
-        "machines": machines,
-        "wall_s": round(time.perf_counter() - started, 1),
-    }
-    results["aims"] = report.aims(results)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "summary.md").write_text(report.markdown(results))
-    report.chart(results, args.out / "latency.png")
-    print(report.markdown(results))
+    with recorded_run("bench.gpu_sim", args.out_dir, argv) as run:
+        started = time.perf_counter()
+        machines = {}
+        for machine in chosen:
+            began = time.perf_counter()
+            machines[machine.name] = run_machine(machine, args.scale, args.seed, args.quick)
+            print(f"{machine.name}: {time.perf_counter() - began:.1f} s", file=sys.stderr)
+        results = {
+            "simulated": True,
+            "aiconfigurator_core": aiconfigurator_version(),
+            "data_source": (
+                f"aiconfigurator-core {aiconfigurator_version()} performance database, system "
+                f"{GPU}, backend vllm (per-operation times measured by NVIDIA for vLLM 0.24.0)"
+            ),
+            "command": run.command,
+            "commit": run.git["commit"] or "unknown",
+            "seed": args.seed,
+            "scale": args.scale,
+            "host_ms_per_step": HOST_MS_PER_STEP,
+            "reality_check": reality_check(),
+            "machines": machines,
+            "wall_s": round(time.perf_counter() - started, 1),
+        }
+        results["aims"] = report.aims(results)
+        out: Path = run.folder
+        (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+        (out / "summary.md").write_text(report.markdown(results))
+        report.chart(results, out / "latency.png")
+        print(report.markdown(results))
 
 
 if __name__ == "__main__":

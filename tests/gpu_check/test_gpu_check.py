@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 def test_the_gpu_check_passes_on_the_cpu(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "bench.gpu_check", "--platform", "cpu", "--quick", "--out",
+        [sys.executable, "-m", "bench.gpu_check", "--platform", "cpu", "--quick", "--out-dir",
          str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=1500,
     )  # fmt: skip

@@ -72,8 +72,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         servers.append(gateway)
         gateway.wait_ready()
         print(
-            f"\nupstreams ready in {max(speculative.startup_seconds, plain.startup_seconds):.1f} s,"
-            f" specgate in {gateway.startup_seconds:.1f} s (logs: {logs})"
+            f"\nupstreams ready in {max(speculative.startup_s, plain.startup_s):.1f} s,"
+            f" specgate in {gateway.startup_s:.1f} s (logs: {logs})"
         )
         yield Site(speculative, plain, gateway)
     finally:
