@@ -249,3 +249,6 @@ class Run:
             stats, before = delta.draft_stats, self.draft_stats
             if stats is not None:
                 self.draft_stats = stats if before is None else before + stats
+        if self._replay is not None and self.finished:
+            # Settled now, not at close: the stream's last chunk reports it before the close.
+            self._replay.finish()

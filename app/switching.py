@@ -186,10 +186,14 @@ class Mover:
                             self._replay.feed(delta.token_ids)
                         if delta.draft_stats is not None:
                             segment.draft_stats = delta.draft_stats
+                    done = all(delta.finish_reason for delta in step.choices)
+                    if done and self._replay is not None:
+                        # Settled before the last step goes up: the run reports it with it.
+                        self._replay.finish()
                     yield replace(
                         step, prompt_tokens=len(prompt_ids), prompt_token_ids=original_prompt
                     )
-                    if all(delta.finish_reason for delta in step.choices):
+                    if done:
                         return
                     if self.move_after is not None or (
                         len(output) >= next_check and len(self._segments) <= MAX_MOVES

@@ -12,11 +12,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-import pytest
 from openai import AsyncOpenAI
 
 from app.engine.fake import FakeEngine, token_id
-from app.engine.route_view import route_views
 from app.engine.types import GenerationRequest, GenerationStep, SamplingOptions
 from app.main import create_app
 from app.routing.classify import WorkloadClass
@@ -127,16 +125,9 @@ async def test_the_draft_replay_is_reported(make_client: ClientFactory) -> None:
     assert response.json()["specgate"]["shadow_drafting"] == REPLAYED
 
 
-# app/encoders/sse.py puts the route info on the last content chunk before the run closes,
-# and Run.close() is what finishes the replay: the draft still waiting for tokens past the
-# answer's end (the last step here: a b g, two of them accepted) is left out of the report,
-# though the learner counts it. A streamed answer says 1 draft, 3 tokens, 3 accepted.
-REPLAY_UNFINISHED_WHEN_STREAMED = pytest.mark.xfail(
-    strict=True, reason="a streamed answer reports its draft replay before finishing it"
-)
-
-
-@REPLAY_UNFINISHED_WHEN_STREAMED
+# The route info goes on the last content chunk, before the run closes: the replay is settled
+# when the last token arrives (the draft still waiting for tokens past the answer's end, a b g
+# here, two of them accepted, counts), so a stream reports what a whole response does.
 async def test_a_streamed_answer_reports_the_same_replay(make_client: ClientFactory) -> None:
     client, _ = await make_client()
     text, last = await streamed(client, chat_body())
@@ -236,7 +227,7 @@ async def test_the_openai_sdk_sees_the_move_and_the_replay(make_client: ClientFa
 async def one_engine(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, FakeEngine]]:
     """An app over one drafting engine that serves both routes (`--engine-layout one`)."""
     engine = FakeEngine("speculative", per_request_draft_length=True)
-    app = create_app(settings, route_views(engine))
+    app = create_app(settings, {"speculative": engine, "plain": engine})
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://specgate") as client:

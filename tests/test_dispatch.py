@@ -56,7 +56,9 @@ async def test_finished_requests_teach_the_router() -> None:
     learner = gate.policy.learner
     estimates = learner.snapshot()["structured"]
     assert (estimates["plain_samples"], estimates["speculative_samples"]) == (1, 1)
-    assert estimates["acceptance_samples"] == 1
-    assert estimates["tokens_per_step_samples"] == 1
+    # The speculative run's own drafting figures, and the plain run's draft replay (the fake
+    # engine gives token ids): a sample each of acceptance and of tokens per step.
+    assert estimates["acceptance_samples"] == 2
+    assert estimates["tokens_per_step_samples"] == 2
     assert learner.load_model.routes["plain"].samples == 1
     assert learner.load_model.routes["speculative"].samples == 1

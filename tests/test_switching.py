@@ -1,44 +1,21 @@
-"""The mover on a scripted engine that exposes token ids: segments, usage and requests."""
+"""The mover over fake engines with token ids: segments, usage and the requests it makes."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from app.engine.base import EngineFacts
-from app.engine.types import (
-    ChoiceDelta,
-    GenerationRequest,
-    GenerationStep,
-    Route,
-    SamplingOptions,
-)
-from app.routing.draft_replay import NgramConfig
+from app.engine.fake import FakeEngine
+from app.engine.types import GenerationRequest, Route, SamplingOptions
+from app.routing.draft_replay import DraftReplay, NgramConfig
 from app.routing.policy import MoveProposal
 from app.switching import FIRST_CHECK_TOKENS, MoveContext, Mover, not_movable
 
 NGRAM = NgramConfig(k=3, min_n=2, max_n=3, max_model_len=1000)
+PROMPT = [1, 2, 3]  # the fake's words t1 t2 t3, which its default script repeats
 
 
-class CountingEngine:
-    """Continues any token-id prompt with the next integers, one token a step."""
-
-    facts = EngineFacts(exposes_token_ids=True)
-
-    def __init__(self, route: Route) -> None:
-        self.route: Route = route
-        self.requests: list[GenerationRequest] = []
-
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
-        self.requests.append(request)
-        prompt = list(request.prompt) if isinstance(request.prompt, list) else [1, 2, 3]
-        limit = request.options.max_tokens or 10
-        for i in range(limit):
-            token = int(prompt[-1]) + 1 + i  # type: ignore[arg-type]
-            finish = "length" if i + 1 == limit else None
-            delta = ChoiceDelta(0, f" {token}", 1, finish_reason=finish, token_ids=(token,))
-            first = tuple(prompt) if i == 0 else None  # type: ignore[arg-type]
-            yield GenerationStep(len(prompt), [delta], prompt_token_ids=first)
+def unmoved(tokens: int) -> list[int]:
+    return [PROMPT[i % 3] for i in range(tokens)]
 
 
 @dataclass
@@ -62,13 +39,16 @@ def mover(
     policy_route: Route | None = None,
     first: Route = "plain",
     max_tokens: int = 60,
-) -> tuple[Mover, dict[str, CountingEngine], Advice]:
-    engines = {"plain": CountingEngine("plain"), "speculative": CountingEngine("speculative")}
+) -> tuple[Mover, dict[Route, FakeEngine], Advice]:
+    engines: dict[Route, FakeEngine] = {
+        "plain": FakeEngine("plain", max_model_len=1000),
+        "speculative": FakeEngine("speculative", max_model_len=1000),
+    }
     advice = Advice(policy_route)
     options = SamplingOptions(max_tokens=max_tokens, temperature=0)
-    request = GenerationRequest("r", [1, 2, 3], options)
+    request = GenerationRequest("r", list(PROMPT), options)
     made = Mover(
-        engines, request, first, "start", NGRAM, advice,  # type: ignore[arg-type]
+        engines, request, first, "start", NGRAM, advice,
         expected_tokens=max_tokens, move_after=move_after,
     )  # fmt: skip
     return made, engines, advice
@@ -78,7 +58,7 @@ async def test_a_forced_move_continues_from_the_tokens_so_far() -> None:
     made, engines, advice = mover(move_after=5)
     steps = [step async for step in made.steps()]
     tokens = [t for step in steps for d in step.choices for t in d.token_ids]
-    assert tokens == list(range(4, 64))  # one uninterrupted count
+    assert tokens == unmoved(60)  # the same answer as without the move
     assert all(step.prompt_tokens == 3 for step in steps)
     report = made.report()
     assert [s.route for s in report.segments] == ["plain", "speculative"]
@@ -86,11 +66,12 @@ async def test_a_forced_move_continues_from_the_tokens_so_far() -> None:
     assert report.route == "speculative"
     assert advice.moves == [("plain", "speculative")]
     (second,) = engines["speculative"].requests
-    assert second.prompt == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert second.prompt == [*PROMPT, *unmoved(5)]
     assert second.options.max_tokens == 55
     assert second.request_id == "r-m1"
-    # The scripted engine reports no drafting figures for the segment that finished.
-    assert report.speculative_stats is None
+    # The segment that finished on the speculative engine reports the engine's own figures.
+    assert report.speculative_stats is not None
+    assert report.speculative_stats == report.segments[1].draft_stats
 
 
 async def test_a_speculative_segment_moved_away_reports_its_replayed_drafting() -> None:
@@ -98,16 +79,20 @@ async def test_a_speculative_segment_moved_away_reports_its_replayed_drafting() 
     [step async for step in made.steps()]
     report = made.report()
     assert [s.route for s in report.segments] == ["speculative", "plain"]
-    # vLLM reports figures only for finished requests; the shadow replay of the segment's
-    # five tokens stands in (a count has no repeated n-gram: nothing drafted).
-    assert report.segments[0].draft_stats is not None
+    # vLLM reports figures only for finished requests; the replay of the segment's five
+    # tokens stands in (a repeated prompt: its drafts are accepted).
+    replay = DraftReplay(PROMPT, NGRAM)
+    replay.feed(unmoved(5))
+    replay.finish()
+    assert report.segments[0].draft_stats == replay.stats
+    assert replay.stats.accepted_tokens > 0
     assert report.speculative_stats == report.segments[0].draft_stats
 
 
 async def test_the_policy_moves_at_checkpoints_only() -> None:
     made, _, advice = mover(move_after=None, policy_route="speculative", max_tokens=80)
     tokens = [t async for step in made.steps() for d in step.choices for t in d.token_ids]
-    assert tokens == list(range(4, 84))
+    assert tokens == unmoved(80)
     # The first look waits for FIRST_CHECK_TOKENS of evidence.
     segments = made.report().segments
     assert [s.tokens for s in segments] == [FIRST_CHECK_TOKENS, 80 - FIRST_CHECK_TOKENS]

@@ -165,9 +165,12 @@ class DraftReplay:
         self._advance()
 
     def finish(self) -> None:
-        """The output is complete: settle the remaining steps against the known tokens."""
-        self._finished = True
-        self._advance()
+        """The output is complete: settle the remaining steps against the known tokens.
+
+        Finishing again changes nothing."""
+        if not self._finished:
+            self._finished = True
+            self._advance()
 
     def proposal(self) -> list[int]:
         """`propose` for the simulated context now (prompt plus `position` output tokens)."""
