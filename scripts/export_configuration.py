@@ -2,7 +2,7 @@
 `python -m scripts.export_configuration`.
 
 Every setting, by --help's sections, with its flag, environment variable, default and
-description, as `specgate --help` prints them. tests/test_cli.py fails when the committed
+description, as `specgate --help` prints them. tests/fast/test_cli.py fails when the committed
 page and the settings drift apart.
 """
 

@@ -1,6 +1,6 @@
 """Write the app's OpenAPI document to openapi/openapi.json: `python -m scripts.export_openapi`.
 
-tests/test_openapi.py fails when the committed file and the app drift apart.
+tests/fast/api/test_openapi.py fails when the committed file and the app drift apart.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Fuzzed requests for both generation endpoints, and what every answer to them must be.
 
-Shared by tests/test_fuzz.py (fake engines, in process) and tests/engine/test_fuzz_real.py
+Shared by tests/fast/api/test_fuzz.py (fake engines, in process) and tests/engine/test_fuzz_real.py
 (the real server). `edge_attempts` puts each value of FIELD_EDGES on a valid body. `attempts`
 draws requests of four kinds, mixed so that the fuzzer reaches the checks deep in the code
 and not only the JSON parser:

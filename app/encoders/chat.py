@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from app.encoders.common import closing, finished_choices, identity, public_finish
+from app.encoders.common import closing_fields, finished_choices, id_fields, public_finish
 from app.engine.types import ChoiceDelta, TokenLogprob
 from app.run import Run
 from app.schemas.chat import (
@@ -60,12 +60,12 @@ class ChatEncoder:
 
     def response(self, run: Run) -> ChatCompletion:
         return ChatCompletion(
-            **identity(run, self.model),
+            **id_fields(run, self.model),
             choices=[
                 self._choice(index, choice.text, chat_logprobs(choice.logprobs), finish)
                 for index, choice, finish in finished_choices(run)
             ],
-            **closing(run),
+            **closing_fields(run),
         )
 
     def _choice(
@@ -115,7 +115,7 @@ class ChatEncoder:
                 return None  # nothing to say yet: a call's name comes with its whole item
             content = self._call_delta(role, calls)
         return ChatCompletionChunk(
-            **identity(run, self.model),
+            **id_fields(run, self.model),
             choices=[
                 ChatChunkChoice(
                     index=delta.index,
@@ -155,9 +155,9 @@ class ChatEncoder:
 
     def usage_chunk(self, run: Run) -> ChatCompletionChunk:
         return ChatCompletionChunk(
-            **identity(run, self.model),
+            **id_fields(run, self.model),
             choices=[],
-            **closing(run),
+            **closing_fields(run),
         )
 
 

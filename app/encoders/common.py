@@ -68,12 +68,12 @@ def usage(run: Run) -> Usage:
     )
 
 
-def identity(run: Run, model: str) -> dict[str, Any]:
+def id_fields(run: Run, model: str) -> dict[str, Any]:
     """The fields that name a response or chunk: its id, creation time and model."""
     return {"id": run.request_id, "created": run.created, "model": model}
 
 
-def closing(run: Run) -> dict[str, Any]:
+def closing_fields(run: Run) -> dict[str, Any]:
     """The fields a whole response, or a stream's last chunk, ends with."""
     return {"usage": usage(run), "specgate": route_info(run)}
 

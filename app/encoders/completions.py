@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from app.encoders.common import closing, finished_choices, identity, public_finish
+from app.encoders.common import closing_fields, finished_choices, id_fields, public_finish
 from app.engine.types import ChoiceDelta, PromptEcho, TokenLogprob
 from app.run import ChoiceResult, Run
 from app.schemas.completions import Completion, CompletionChoice, CompletionLogprobs
@@ -20,12 +20,12 @@ class CompletionsEncoder:
 
     def response(self, run: Run) -> Completion:
         return Completion(
-            **identity(run, self.model),
+            **id_fields(run, self.model),
             choices=[
                 self._whole_choice(index, choice, finish)
                 for index, choice, finish in finished_choices(run)
             ],
-            **closing(run),
+            **closing_fields(run),
         )
 
     def chunk(self, delta: ChoiceDelta, first: bool, run: Run) -> Completion:
@@ -36,7 +36,7 @@ class CompletionsEncoder:
             logprobs = completion_logprobs(entries, offset)
             self._offsets[delta.index] = offset + sum(len(entry.token) for entry in entries)
         return Completion(
-            **identity(run, self.model),
+            **id_fields(run, self.model),
             choices=[
                 CompletionChoice(
                     index=delta.index,
@@ -49,9 +49,9 @@ class CompletionsEncoder:
 
     def usage_chunk(self, run: Run) -> Completion:
         return Completion(
-            **identity(run, self.model),
+            **id_fields(run, self.model),
             choices=[],
-            **closing(run),
+            **closing_fields(run),
         )
 
     def _whole_choice(

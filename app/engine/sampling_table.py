@@ -3,8 +3,8 @@
 One table: each row is a vLLM parameter (the same name in `SamplingParams` and in the body
 of vLLM's OpenAI server), how it is read from the options, the value vLLM takes for "unset",
 and whether a remote route sends it. A field added to `SamplingOptions` needs a row here;
-tests/test_sampling_table.py fails until it has one. The finish-reason mapping both sides
-share is here too.
+tests/fast/engine/test_sampling_table.py fails until it has one. The finish-reason mapping
+both sides share is here too.
 """
 
 from __future__ import annotations

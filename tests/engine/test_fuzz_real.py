@@ -2,7 +2,7 @@
 
 Per endpoint: the edge values of the fields that reach an engine (tests/fuzz_bodies.py), then
 EXAMPLES_PER_PATH drawn requests, each servable body cut to a few tokens (a CPU makes about
-13 a second per engine). The answers keep the property of tests/test_fuzz.py; afterwards
+13 a second per engine). The answers keep the property of tests/fast/api/test_fuzz.py; afterwards
 /health is 200 and neither engine, nor the gateway, holds a request.
 """
 
@@ -38,7 +38,7 @@ def test_fuzzed_requests_leave_the_engines_standing(server: ServerProcess, path:
     tally = Tally()
     with httpx.Client(base_url=server.base_url, timeout=TIMEOUT_SECONDS) as client:
         # No shrinking: against real engines it takes minutes; the example is reported as
-        # drawn, and tests/test_fuzz.py shrinks whatever the fake engines share.
+        # drawn, and tests/fast/api/test_fuzz.py shrinks whatever the fake engines share.
         @fuzz_settings(EXAMPLES_PER_PATH, phases=[Phase.explicit, Phase.generate])
         @given(attempt=attempts(path, cheap=True))
         def fuzz(attempt: Attempt) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from pydantic_settings import SettingsError
@@ -13,8 +12,9 @@ from pydantic_settings import SettingsError
 from app.__main__ import main
 from app.cli import parse_settings
 from app.settings import Settings
+from tests.paths import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 # What pydantic-settings prints for a type when nothing better is given.
 RAW_TYPE_NAMES = ["dict[", "tuple[", "list[", "SecretStr", "Any]", "NoneType", "Path]"]
 # `--flag WHAT` in capitals, `--flag {a,b}`, or a switch `--flag, --no-flag`.

@@ -59,7 +59,8 @@ def test_speculative_engines_take_a_draft_length_per_request() -> None:
 
 
 def test_vllm_settles_async_scheduling_and_the_scheduler_follows_it() -> None:
-    # Both schedulers take draft lengths (tests/test_draft_schedulers.py), so nothing is forced.
+    # Both schedulers take draft lengths (tests/fast/engine/test_draft_scheduler_in_vllm.py),
+    # so nothing is forced.
     assert engine_args(Settings(), "/models/small", "speculative").async_scheduling is None
     assert engine_args(Settings(), "/models/small", "plain").async_scheduling is None
 

@@ -29,8 +29,9 @@ from pydantic_settings import SettingsError
 from app.cli import parse_settings
 from app.settings import Settings
 from tests.docker_text import Instruction, dockerfile_stages, parse_docker, shell_commands
+from tests.paths import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 DOCKERFILES = {"gpu": ROOT / "Dockerfile", "cpu": ROOT / "docker" / "Dockerfile.cpu"}
 ENTRYPOINT = ROOT / "docker" / "entrypoint.sh"
 COMPOSE = ROOT / "docker" / "compose.yaml"
@@ -320,7 +321,7 @@ def compose() -> dict[str, Any]:
 
 
 # The observe profile's images: neither specgate's nor vLLM's, so no parser here to give their
-# arguments to; tests/test_observability.py checks the files they are given instead.
+# arguments to; tests/fast/test_metrics.py checks the files they are given instead.
 OBSERVE_IMAGES = {"prom/prometheus", "grafana/grafana"}
 
 

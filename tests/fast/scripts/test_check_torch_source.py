@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "check_torch_source.py"
+from tests.paths import REPO
+
+SCRIPT = REPO / "scripts" / "check_torch_source.py"
 
 
 def check(env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -13,6 +13,7 @@ from app.routing.features import extract_features
 from app.routing.learner import Average, Learner, Observation
 from app.routing.load_model import Load
 from app.routing.policy import NoRoute, RoutePolicy, RoutingRules, RunningWork
+from tests.paths import REPO
 
 PASSAGE = (
     "Our team met on Tuesday to discuss the migration. Alice said the database move "
@@ -229,9 +230,8 @@ BENCH_LABELS = {
 def test_classifier_on_the_labelled_benchmark_set() -> None:
     import json
     from collections import Counter
-    from pathlib import Path
 
-    lines = (Path(__file__).parents[1] / "bench" / "prompts.jsonl").read_text().splitlines()
+    lines = (REPO / "bench" / "prompts.jsonl").read_text().splitlines()
     right: Counter[str] = Counter()
     total: Counter[str] = Counter()
     for line in lines:

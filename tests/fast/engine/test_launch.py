@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 from contextlib import AsyncExitStack
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,7 @@ from app.engine.fake import FakeEngine
 from app.engine.remote import RemoteEngine
 from app.engine.types import Route
 from app.settings import Settings
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.paths import REPO
 
 # Port 9 (discard) refuses connections at once: the pools start with no healthy upstream.
 ALL_REMOTE = """

@@ -21,8 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import MODEL, ClientFactory
 from tests.metrics_text import sample
+from tests.paths import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 COMPOSE = ROOT / "docker" / "compose.yaml"
 DASHBOARD = ROOT / "docker" / "grafana" / "dashboards" / "specgate.json"
 RATE_WINDOW = "[$__rate_interval]"

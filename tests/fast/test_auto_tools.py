@@ -24,9 +24,9 @@ from app.settings import Settings
 from app.tool_calls import Function
 from app.tool_envelope import EnvelopeParser, envelope_schema
 from tests.conftest import MODEL
+from tests.fast.test_tool_calls import CHAT, TIME, WEATHER, chat, streamed
 from tests.scripted_site import ScriptedSite as Site
 from tests.scripted_site import scripted_site
-from tests.test_tool_calls import CHAT, TIME, WEATHER, chat, streamed
 
 CALL = ['{"tool_', 'calls": [{"name": "get_weather", ', '"arguments": {"city": "Par', 'is"}}]}']
 ANSWER = ['{\n  "con', 'tent": "It is \\"sun', 'ny\\" \\u00e0 Par', "is\\n\\ud83d", '\\ude00"}']

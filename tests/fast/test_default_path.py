@@ -21,7 +21,7 @@ from app.routing.classify import WorkloadClass
 from app.routing.learner import PRIOR_POSITION_ACCEPTANCE
 from app.settings import Settings
 from tests.conftest import MODEL, ClientFactory
-from tests.test_streaming import sse_payloads
+from tests.fast.api.test_streaming import sse_payloads
 
 CHAT = "/v1/chat/completions"
 PROMPT = "alpha beta gamma"

@@ -196,7 +196,8 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
         (chat_body(top_logprobs=2), "top_logprobs"),
         (chat_body(logit_bias={"abc": 1}), "logit_bias"),
         (chat_body(logit_bias={"5": 101}), "logit_bias"),
-        # str.isdigit() takes both, int() neither: each was a 500 (found by tests/test_fuzz.py).
+        # str.isdigit() takes both, int() neither: each was a 500 (found by
+        # tests/fast/api/test_fuzz.py).
         (chat_body(logit_bias={"²": 1}), "logit_bias"),
         (chat_body(logit_bias={"9" * 5000: 1}), "logit_bias"),
         # Past 64 bits vLLM cannot carry them to its engine core: a 500 (test_fuzz_real.py).
