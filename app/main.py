@@ -160,8 +160,9 @@ def ngram_config(settings: Settings, engines: Mapping[Route, Engine]) -> NgramCo
         return None
     if not all(fact.draft_replay_matches for fact in facts):
         logger.warning(
-            "shadow drafting is off: it replays the V1 model runner's n-gram proposer, and "
-            "the speculative engine runs Model Runner V2, whose n-gram speculator differs "
+            "the draft replay (shadow_drafting) is off: it replays the V1 model runner's "
+            "n-gram proposer, and the speculative engine runs Model Runner V2, whose n-gram "
+            "speculator differs "
             "(unset VLLM_USE_V2_MODEL_RUNNER to pin V1)"
         )
         return None

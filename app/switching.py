@@ -51,7 +51,7 @@ class Segment:
     reason: str
     tokens: int = 0
     # The speculative engine's figures; for a segment moved away (vLLM reports per-request
-    # figures only when a request finishes), the shadow drafter's replay of its tokens,
+    # figures only when a request finishes), the draft replay of its tokens,
     # which matches the ngram engine's (tests/engine/test_engines.py).
     draft_stats: SpecDecodeStats | None = None
 
@@ -103,10 +103,8 @@ def not_movable(
     if basis not in BASES_THAT_MAY_MOVE and not (forced and basis == "header"):
         return f"routed by {basis}"
     reasons = {
-        # Moves are judged by the shadow drafter: it needs ngram drafting and token ids.
-        "no shadow drafter (not ngram speculation, or an engine without token ids)": (
-            ngram is None
-        ),
+        # Moves are judged by the draft replay: it needs ngram drafting and token ids.
+        "no draft replay (not ngram speculation, or an engine without token ids)": (ngram is None),
         "n > 1": options.n > 1,
         # The grammar's state would restart on the other engine.
         "structured output": options.json_schema is not None,

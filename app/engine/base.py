@@ -17,7 +17,7 @@ class EngineFacts:
 
     # The context length in tokens; None where the engine does not say.
     max_model_len: int | None = None
-    # Its steps carry token ids (the shadow drafter and moves between engines need them).
+    # Its steps carry token ids (the draft replay and moves between engines need them).
     exposes_token_ids: bool = False
     # It takes GenerationRequest.draft_length (an embedded engine that drafts).
     per_request_draft_length: bool = False
@@ -25,7 +25,7 @@ class EngineFacts:
     tokenizer: Any = None
     # /tokenize and its kin: the engine's own tokenizer, or its upstreams'.
     tokenizing: TokenizerService | None = None
-    # The shadow drafter replays this engine's n-gram proposer faithfully (not on Model
+    # The draft replay replays this engine's n-gram proposer faithfully (not on Model
     # Runner V2, whose speculator differs).
     draft_replay_matches: bool = True
 

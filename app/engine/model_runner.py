@@ -54,7 +54,7 @@ class RunnerFacts:
 
     @property
     def draft_replay_matches(self) -> bool:
-        # The shadow drafter replays V1's n-gram proposer (leftmost match, drafts only as
+        # The draft replay mirrors V1's n-gram proposer (leftmost match, drafts only as
         # far as the match goes); V2's would be mispredicted.
         return self.runner == "v1"
 

@@ -136,8 +136,8 @@ class ChoiceDelta:
     logprobs: tuple[TokenLogprob, ...] | None = None
     # On the first delta of each choice of an echo request.
     echo: PromptEcho | None = None
-    # The new tokens' ids, where the engine exposes them (embedded engines do): the shadow
-    # drafter and a mid-stream move need them.
+    # The new tokens' ids, where the engine exposes them (embedded engines do): the draft
+    # replay and a mid-stream move need them.
     token_ids: tuple[int, ...] = ()
 
 

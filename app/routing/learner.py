@@ -38,7 +38,7 @@ CPU_SPECULATIVE_FACTORS: dict[WorkloadClass, float] = {
     WorkloadClass.OPEN_ENDED: 1.22,
 }
 # Each class's per-position draft acceptance before it has been seen (ngram K=5, a step that
-# has a proposal): accepted / (accepted + drafts) of the shadow drafter's replays of the
+# has a proposal): accepted / (accepted + drafts) of the draft replays of the
 # tune split's answers in the changing-load replay (bench.load_phases --split tune, 152
 # answers, 2026-12-05). Prompts of the report split were not used. Traffic replaces them.
 PRIOR_POSITION_ACCEPTANCE: dict[WorkloadClass, float] = {

@@ -150,7 +150,7 @@ class Specgate(_Lengths):
             if lands < produced:
                 produced_tokens[lands] = 1
             self.planner.observe_drafts(request.request_id, drafts, produced_tokens)
-        # What the gateway learns the class from: an n-gram engine's shadow drafter replays
+        # What the gateway learns the class from: an n-gram engine's draft replay replays
         # drafting every step; a model drafter reports what was verified.
         replay = self._replay[request.request_id]
         if self.setup.drafter.method == "ngram":

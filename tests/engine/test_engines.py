@@ -34,7 +34,7 @@ def test_auto_follows_the_learned_estimate(sync_client: OpenAI, server: ServerPr
 
     state = httpx.get(f"{server.base_url}/v1/routing").json()
     estimates = state["classes"]["open-ended"]
-    # Plain-served poems teach acceptance too (the shadow drafter), which can veto drafting.
+    # Plain-served poems teach acceptance too (the draft replay), which can veto drafting.
     vetoed = (
         estimates["acceptance_samples"] >= MIN_ACCEPTANCE_SAMPLES
         and estimates["acceptance_rate"] < state["rules"]["min_acceptance"]

@@ -4,7 +4,7 @@ Collected here, these tests get this package's server (--engine-layout one). Cho
 every endpoint (the Responses API and constrained tool calls included) and feature through
 the OpenAI SDK, the sampling fields (min_p and logit_bias
 included, which the plain route serves with draft length 0), SSE framing, both routes' greedy text,
-acceptance figures, the shadow drafter, and mid-stream moves (on one engine, a move is a
+acceptance figures, the draft replay, and mid-stream moves (on one engine, a move is a
 resubmission with another draft length). Left out: admission under load, fuzzing and the
 conformance matrix (CI's time), and the per-engine core split (one engine has no split).
 """

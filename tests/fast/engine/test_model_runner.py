@@ -1,5 +1,5 @@
 """The model runner a speculative engine gets (V1, pinned), and what follows from it: what
-the engine serves while drafting, and whether the shadow drafter runs. Platform facts are
+the engine serves while drafting, and whether the draft replay runs. Platform facts are
 faked: vLLM chooses V2 only where Triton is installed (CUDA hosts)."""
 
 from __future__ import annotations

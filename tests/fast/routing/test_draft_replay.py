@@ -1,4 +1,4 @@
-"""The shadow drafter: its proposals against vLLM's ngram proposer, its simulation by hand."""
+"""The draft replay: its proposals against vLLM's ngram proposer, its simulation by hand."""
 
 from __future__ import annotations
 
