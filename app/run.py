@@ -107,7 +107,7 @@ class Run:
     @property
     def route(self) -> Route:
         """Where the request runs now (or ended)."""
-        return self._mover.report().route if self._mover is not None else self.decision.route
+        return self._mover.current_route() if self._mover is not None else self.decision.route
 
     @property
     def segments(self) -> tuple[Segment, ...] | None:

@@ -140,9 +140,13 @@ class Mover:
     # now, and what the run reports as its replay (one replay per request, not two).
     _replay: DraftReplay | None = None
 
+    def current_route(self) -> Route:
+        """Where the request runs now: cheap, for the load book's every decision."""
+        return self._segments[-1].route if self._segments else self.first_route
+
     def report(self) -> MoveReport:
         segments = tuple(replace(segment) for segment in self._segments)
-        route = segments[-1].route if segments else self.first_route
+        route = self.current_route()
         figures = [s.draft_stats for s in segments if s.route == "speculative" and s.draft_stats]
         speculative = sum(figures[1:], figures[0]) if figures else None
         replay = self._replay.figures() if self._replay is not None else None

@@ -106,7 +106,7 @@ def for_route(request: GenerationRequest, route: Route, facts: EngineFacts) -> G
     One engine may serve both routes (`--engine-layout one`): it takes a draft length per
     request, and the plain route's requests carry 0, so they never draft.
     """
-    if route == "plain" and facts.per_request_draft_length:
+    if route_draft_length(route, facts) == 0:
         return replace(request, draft_length=0, acceptance_prior=None)
     return request
 
