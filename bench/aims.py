@@ -5,6 +5,8 @@
 For each arm that is not a baseline: its mean and p90 end-to-end seconds over the best
 baseline's (per statistic, over the slots every compared arm served), for the changing load
 (the open-loop phases together), the steady phase, one at a time, and each phase alone.
+Repeats (--repeats) are pooled, each slot paired with the same slot of the same repeat; the
+results' `repeats` key has the figures per repeat, with medians and spreads.
 """
 
 from __future__ import annotations
@@ -27,11 +29,16 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
-def served(samples: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
-    by_arm: dict[str, dict[int, dict[str, Any]]] = {}
+# (repeat, slot): a slot's repeats are different requests.
+RunSlot = tuple[int, int]
+
+
+def served(samples: list[dict[str, Any]]) -> dict[str, dict[RunSlot, dict[str, Any]]]:
+    by_arm: dict[str, dict[RunSlot, dict[str, Any]]] = {}
     for sample in samples:
         if sample["ok"] and sample["e2e_s"] is not None and sample["arm"] != "oracle":
-            by_arm.setdefault(sample["arm"], {})[sample["slot"]] = sample
+            key = (sample.get("repeat", 0), sample["slot"])
+            by_arm.setdefault(sample["arm"], {})[key] = sample
     return by_arm
 
 

@@ -4,11 +4,13 @@ against specgate, one fresh server per arm, and compare never / always / auto ro
     python -m bench.load_phases                         # the default schedule (long)
     python -m bench.load_phases --smoke --out-dir /tmp/lp-smoke   # a quick end-to-end check
     python -m bench.load_phases --dry-run               # print the schedule, start nothing
+    python -m bench.load_phases --arms changing-load --steady 0,0 --repeats 3   # issue 30
 
 Open loop: each request of the quiet and burst phases is sent at its scheduled time whether or
 not earlier ones have finished, so a slow arm builds up a queue as a real service would. The
 steady phase is a closed loop: a fixed number of requests in flight. Every arm replays the
-identical schedule of (time, prompt). See bench/README.md.
+identical schedule of (time, prompt). With --repeats R every arm runs R times, in interleaved
+rounds, and bench/repeats.py reports medians and spreads over them. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from bench import report
+from bench import repeats, report
 from bench.client import Arm, Prompt, Sample, measure, request_body
 from bench.manifest import recorded_run
 from bench.report import ms_cell, num_cell, s_cell
@@ -121,6 +123,11 @@ SIDE_BY_SIDE_ARMS = (
     "vllm-plain,vllm-plain-all,vllm-k5-all,vllm-k2-all,vllm-table1-all,vllm-table2-all,"
     "never-one,auto-one,auto-two"
 )
+# Issue 30's check: under changing load, auto-one is to be no slower than the faster of vLLM
+# without speculation and specgate never drafting, and in no phase >5% slower than never-one.
+CHANGING_LOAD_ARMS = "vllm-plain-all,never-one,auto-one"
+# Named sets for --arms; their baselines are the vLLM arms and never-one.
+ARM_SETS = {"side-by-side": SIDE_BY_SIDE_ARMS, "changing-load": CHANGING_LOAD_ARMS}
 
 
 @dataclass(frozen=True)
@@ -156,11 +163,13 @@ class Record:
     scheduled_s: float | None
     sent_s: float  # when it was actually sent, from the schedule's start
     in_flight_at_send: int  # this arm's requests still open when it was sent
+    repeat: int = 0  # which run of the arm (--repeats): its round
 
     def to_json(self) -> dict[str, Any]:
         return {
             "phase": self.phase,
             "slot": self.slot,
+            "repeat": self.repeat,
             "scheduled_s": self.scheduled_s,
             "sent_s": round(self.sent_s, 4),
             "in_flight_at_send": self.in_flight_at_send,
@@ -221,6 +230,7 @@ class ArmRun:
     client: httpx.AsyncClient
     prompts: dict[str, Prompt]
     args: argparse.Namespace
+    repeat: int = 0
     started: float = 0.0
     open_requests: int = 0
     records: list[Record] = field(default_factory=list)
@@ -247,14 +257,14 @@ class ArmRun:
         sent = time.perf_counter() - self.started
         try:
             sample = await measure(
-                self.client, self.client_arm, prompt, self.body(prompt), level, 0
+                self.client, self.client_arm, prompt, self.body(prompt), level, self.repeat
             )
         except Exception as exc:  # a malformed stream must not end the whole schedule
-            sample = Sample(self.arm.name, level, 0, prompt.id, prompt.cls)
+            sample = Sample(self.arm.name, level, self.repeat, prompt.id, prompt.cls)
             sample.error = f"{type(exc).__name__}: {exc}"
         finally:
             self.open_requests -= 1
-        record = Record(slot.phase, slot.index, sample, slot.at_s, sent, in_flight)
+        record = Record(slot.phase, slot.index, sample, slot.at_s, sent, in_flight, self.repeat)
         self.records.append(record)
         _log_record(record)
 
@@ -266,13 +276,14 @@ async def run_arm(
     phases: Sequence[Phase],
     prompts: Sequence[Prompt],
     args: argparse.Namespace,
+    repeat: int = 0,
 ) -> list[Record]:
     # No connection limit: a pool cap would queue open-loop requests in the client, unseen.
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     timeout = httpx.Timeout(args.request_timeout, connect=10.0)
     by_id = {p.id: p for p in prompts}
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits) as client:
-        run = ArmRun(arm, client, by_id, args)
+        run = ArmRun(arm, client, by_id, args, repeat)
         for prompt in prompts[: args.warmup]:
             sample = await measure(client, run.client_arm, prompt, run.body(prompt), 1, -1)
             if not sample.ok:
@@ -314,12 +325,19 @@ def _log_record(record: Record) -> None:
     s = record.sample
     if not s.ok:
         logger.warning(
-            "%s slot %d %s %s: %s", s.arm, record.slot, record.phase, s.prompt_id, s.error
+            "%s r%d slot %d %s %s: %s",
+            s.arm,
+            record.repeat,
+            record.slot,
+            record.phase,
+            s.prompt_id,
+            s.error,
         )
         return
     logger.info(
-        "%-11s %-6s slot %2d %-15s in-flight %2d route=%-11s e2e=%.2fs ttft=%.0fms tokens=%s%s",
+        "%-11s r%d %-6s slot %2d %-15s in-flight %2d route=%-11s e2e=%.2fs ttft=%.0fms tokens=%s%s",
         s.arm,
+        record.repeat,
         record.phase,
         record.slot,
         s.prompt_id,
@@ -358,6 +376,16 @@ def server_spec(arm: LoadArm, args: argparse.Namespace) -> ServerSpec:
     return replace(spec, env=env)
 
 
+def run_order(args: argparse.Namespace) -> list[tuple[int, tuple[LoadArm, ...]]]:
+    """(repeat, server group) in the order they run: --repeats interleaved rounds."""
+    return repeats.interleaved(server_groups(args), args.repeats)
+
+
+def order_names(args: argparse.Namespace) -> list[tuple[int, str]]:
+    """The run order by arm names, a shared server's arms joined by '+'."""
+    return [(r, "+".join(a.name for a in group)) for r, group in run_order(args)]
+
+
 def run_all(
     args: argparse.Namespace,
     schedule: Sequence[Slot],
@@ -366,35 +394,55 @@ def run_all(
 ) -> tuple[list[Record], list[dict[str, Any]]]:
     records: list[Record] = []
     servers: list[dict[str, Any]] = []
-    for group in server_groups(args):
-        spec = server_spec(group[0], args)
-        name = (
-            spec.name if len(group) == 1 else spec.name + "+" + "+".join(a.name for a in group[1:])
-        )
-        spec = replace(spec, name=name)
-        info: dict[str, Any] = {"name": name, "argv": spec.argv, "arms": [a.name for a in group]}
+    for repeat, group in run_order(args):
+        got, info = run_group(args, group, repeat, schedule, phases, prompts)
+        records += got
         servers.append(info)
-        info["load_avg_before"] = [round(x, 2) for x in os.getloadavg()]
-        port = args.port or free_port()
-        try:
-            with serve(spec, port, args.out_dir / "logs", args.startup_timeout) as server:
-                info["startup_s"] = round(server.startup_s, 1)
-                info["port"] = port
-                for arm in group:
-                    started = time.perf_counter()
-                    got = asyncio.run(
-                        run_arm(server.base_url, arm, schedule, phases, prompts, args)
-                    )
-                    info.setdefault("arm_wall_s", {})[arm.name] = round(
-                        time.perf_counter() - started, 1
-                    )
-                    records += got
-        except ServerError as exc:
-            # One server failing (an unknown flag, say) should not cost the other arms.
-            logger.error("%s", exc)
-            info["error"] = str(exc)
-        info["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
     return records, servers
+
+
+def run_group(
+    args: argparse.Namespace,
+    group: tuple[LoadArm, ...],
+    repeat: int,
+    schedule: Sequence[Slot],
+    phases: Sequence[Phase],
+    prompts: Sequence[Prompt],
+) -> tuple[list[Record], dict[str, Any]]:
+    """One fresh server for this group's arms, each arm's schedule run once on it."""
+    records: list[Record] = []
+    spec = server_spec(group[0], args)
+    name = spec.name if len(group) == 1 else spec.name + "+" + "+".join(a.name for a in group[1:])
+    # Each repeat's server keeps its own log.
+    log_name = name if args.repeats == 1 else f"{name}.r{repeat}"
+    spec = replace(spec, name=log_name)
+    info: dict[str, Any] = {
+        "name": name,
+        "repeat": repeat,
+        "argv": spec.argv,
+        "arms": [a.name for a in group],
+    }
+    info["load_avg_before"] = [round(x, 2) for x in os.getloadavg()]
+    port = args.port or free_port()
+    try:
+        with serve(spec, port, args.out_dir / "logs", args.startup_timeout) as server:
+            info["startup_s"] = round(server.startup_s, 1)
+            info["port"] = port
+            for arm in group:
+                started = time.perf_counter()
+                got = asyncio.run(
+                    run_arm(server.base_url, arm, schedule, phases, prompts, args, repeat)
+                )
+                info.setdefault("arm_wall_s", {})[arm.name] = round(
+                    time.perf_counter() - started, 1
+                )
+                records += got
+    except ServerError as exc:
+        # One server failing (an unknown flag, say) should not cost the other arms.
+        logger.error("%s", exc)
+        info["error"] = str(exc)
+    info["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
+    return records, info
 
 
 # -- summaries -----------------------------------------------------------------------------------
@@ -418,15 +466,19 @@ class ArmSummary:
         }
 
 
+# A slot in one repeat: repeats of the same slot are different requests.
+RunSlot = tuple[int, int]  # (repeat, slot)
+
+
 def oracle_records(records: Iterable[Record]) -> list[Record]:
-    """Per slot, the faster (e2e) of never and always, only where both served the slot."""
-    by_arm: dict[str, dict[int, Record]] = {arm: {} for arm in FIXED_ARMS}
+    """Per slot (and repeat), the faster (e2e) of never and always, where both served it."""
+    by_arm: dict[str, dict[RunSlot, Record]] = {arm: {} for arm in FIXED_ARMS}
     for r in records:
         if r.sample.arm in by_arm and r.sample.ok and r.sample.e2e_s is not None:
-            by_arm[r.sample.arm][r.slot] = r
+            by_arm[r.sample.arm][r.repeat, r.slot] = r
     oracle = []
-    for slot, never in sorted(by_arm["never"].items()):
-        always = by_arm["always"].get(slot)
+    for key, never in sorted(by_arm["never"].items()):
+        always = by_arm["always"].get(key)
         if always is None:
             continue
         assert never.sample.e2e_s is not None and always.sample.e2e_s is not None
@@ -476,12 +528,14 @@ def ratios(
 
     Over the slots that the auto arm and every fixed arm that ran all served, so one failed
     request does not tilt a mean. "Better fixed" is whichever fixed arm is lower on that
-    statistic; with only one fixed arm run, it is that one.
+    statistic; with only one fixed arm run, it is that one. Repeats are pooled: a slot of one
+    repeat pairs with the same slot of the same repeat (bench/repeats.py takes ratios per
+    repeat instead).
     """
-    ok: dict[str, dict[int, Record]] = {}
+    ok: dict[str, dict[RunSlot, Record]] = {}
     for r in records:
         if r.sample.ok and r.sample.e2e_s is not None:
-            ok.setdefault(r.sample.arm, {})[r.slot] = r
+            ok.setdefault(r.sample.arm, {})[r.repeat, r.slot] = r
     fixed = [a for a in baselines if a in ok]
     result: dict[str, dict[str, dict[str, Any]]] = {}
     if not fixed:
@@ -495,7 +549,7 @@ def ratios(
             if not slots:
                 continue
 
-            def e2e(arm: str, chosen: set[int] = slots) -> list[float]:
+            def e2e(arm: str, chosen: set[RunSlot] = slots) -> list[float]:
                 return [ok[arm][s].sample.e2e_s or 0.0 for s in sorted(chosen)]
 
             mean = {a: statistics.fmean(e2e(a)) for a in [*fixed, auto]}
@@ -610,10 +664,15 @@ def write_results(
     records: list[Record],
     servers: list[dict[str, Any]],
 ) -> int:
-    records = records + oracle_records(records)
     arm_names = [a.name for a in args.arms]
-    report_arms = [*arm_names, ORACLE]
     phase_names = [p.name for p in phases]
+    over_repeats = repeats.repeat_report(
+        records, arm_names, args.baselines, phase_names, order_names(args), args.drift_bound
+    )
+    for arm in over_repeats.drifted:
+        logger.warning("%s: its repeats disagree beyond --drift-bound (see summary.md)", arm)
+    records = records + oracle_records(records)
+    report_arms = [*arm_names, ORACLE]
     table = summaries(records, phase_names, report_arms)
     auto_arms = [a.name for a in args.arms if a.name not in args.baselines]
     ratio_table = ratios(records, phase_names, auto_arms, args.baselines)
@@ -634,12 +693,15 @@ def write_results(
             "",
             f"{started.isoformat(timespec='seconds')}; {len(prompts)} prompts "
             f"(split {args.split}), max_tokens {args.max_tokens}, seed {args.seed}; "
-            f"one fresh server per arm: {not args.shared_server}.",
+            f"one fresh server per arm: {not args.shared_server}; {args.repeats} repeats.",
             "",
             schedule_markdown(phases, schedule),
             "",
             "Largest delay of a send past its scheduled time: "
             + ", ".join(f"{arm} {ms_cell(v)} ms" for arm, v in lag.items()),
+            "",
+            over_repeats.markdown(),
+            "## Every repeat pooled",
             "",
             markdown(table, ratio_table),
         ]
@@ -662,7 +724,9 @@ def write_results(
             phase: {arm: s.to_json() for arm, s in by_arm.items()}
             for phase, by_arm in table.items()
         },
+        # Both pool every repeat (a slot pairs with the same slot of the same repeat).
         "ratios": ratio_table,
+        "repeats": over_repeats.to_json(),
         "samples": [r.to_json() for r in records],
     }
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -708,6 +772,16 @@ def _pair(text: str) -> tuple[int, float]:
     if pair[0] < 0 or pair[1] < 0:
         raise argparse.ArgumentTypeError(f"expected non-negative numbers, got {text!r}")
     return pair
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from exc
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -767,14 +841,31 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="LIST",
         default=DEFAULT_ARMS,
         help=f"comma-separated, from {', '.join(a.name for a in ARM_TABLE)}; "
-        f"'side-by-side' for {SIDE_BY_SIDE_ARMS}",
+        + "; ".join(f"'{name}' for {arms}" for name, arms in ARM_SETS.items()),
     )
     parser.add_argument(
         "--baselines",
         metavar="LIST",
         default=None,
-        help="arms the others are compared with (the best of them per statistic); default "
-        "never,always, or with --arms side-by-side every vLLM arm and never-one",
+        help="arms the others are compared with (the best of them per statistic; over "
+        "repeats also each alone, and the first is the other baselines' reference); default "
+        "never,always, or with a named --arms set every vLLM arm and never-one",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=_positive_int,
+        default=1,
+        metavar="R",
+        help="run every arm R times, each on a fresh server, in interleaved rounds; report "
+        "medians and spreads over the repeats",
+    )
+    parser.add_argument(
+        "--drift-bound",
+        type=float,
+        default=repeats.DEFAULT_DRIFT_BOUND,
+        metavar="SHARE",
+        help="flag an arm whose overall mean e2e differs across repeats by more than this "
+        "share of its median ((max-min)/median)",
     )
     parser.add_argument(
         "--warmup", type=int, default=4, help="unrecorded requests per arm before its schedule"
@@ -817,9 +908,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.argv = argv
     table = {a.name: a for a in ARM_TABLE}
-    side_by_side = args.arm_names == "side-by-side"
-    if side_by_side:
-        args.arm_names = SIDE_BY_SIDE_ARMS
+    named_set = args.arm_names in ARM_SETS
+    if named_set:
+        args.arm_names = ARM_SETS[args.arm_names]
     names = [n.strip() for n in args.arm_names.split(",") if n.strip()]
     unknown = [n for n in names if n not in table]
     if unknown or not names or len(set(names)) != len(names):
@@ -827,11 +918,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.arms = [table[n] for n in names]
     if args.baselines is None:
         baselines = [a for a in names if a.startswith("vllm") or a == "never-one"]
-        args.baselines = baselines if side_by_side else list(FIXED_ARMS)
+        args.baselines = baselines if named_set else list(FIXED_ARMS)
     else:
         args.baselines = [n.strip() for n in args.baselines.split(",") if n.strip()]
     if args.steady[0] and args.steady[1] < 1:
         parser.error("--steady needs a concurrency of 1 or more")
+    if args.drift_bound <= 0:
+        parser.error("--drift-bound must be above 0")
     args.request_seed = None if args.seed < 0 else args.seed
     return args
 
@@ -858,6 +951,10 @@ def main(argv: list[str] | None = None) -> int:
         print(schedule_markdown(phases, schedule))
         for slot in schedule:
             print(f"{slot.index:3d} {slot.phase:7s} {s_cell(slot.at_s):>7s} {slot.prompt_id}")
+        print(
+            f"servers in run order ({args.repeats} repeats, baselines "
+            f"{', '.join(args.baselines)}): {repeats.order_markdown(order_names(args))}"
+        )
         return 0
     signal.signal(signal.SIGTERM, stop_on_sigterm)
     with recorded_run("bench.load_phases", args.out_dir, args.argv) as run:
