@@ -130,6 +130,16 @@ class Settings(BaseSettings):
         json_schema_extra=_cli("speculation", "JSON", unset="ngram lookup"),
     )
 
+    # One engine's per-step draft lengths weigh what drafting yields against a step-cost line
+    # learned from the engine's own steps. A fixed line (base, per sequence, per token, per
+    # sequence when drafting; ms) makes the lengths depend on acceptance and the batch alone:
+    # for reproducible runs, and for machines whose step times others' work disturbs.
+    draft_step_cost: Annotated[tuple[float, ...], NoDecode] = Field(
+        (),
+        description="Fix the draft planner's step cost: base,sequence,token,drafting ms",
+        json_schema_extra=_cli("speculation", "MS,MS,MS,MS", unset="learned"),
+    )
+
     # -- resources -------------------------------------------------------------------------------
     tensor_parallel_size: int = Field(
         1,
@@ -475,6 +485,23 @@ class Settings(BaseSettings):
     def _split_devices(cls, value: object) -> object:
         if isinstance(value, str):
             return tuple(int(part) for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("draft_step_cost", mode="before")
+    @classmethod
+    def _split_step_cost(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(float(part) for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("draft_step_cost")
+    @classmethod
+    def _check_step_cost(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        if value and (len(value) != 4 or min(value) < 0 or value[0] + value[2] <= 0):
+            raise ValueError(
+                "four milliseconds, none negative, and a step that costs something: "
+                "base, per sequence, per token, per sequence when drafting"
+            )
         return value
 
     @model_validator(mode="after")

@@ -68,6 +68,8 @@ class LoadArm:
     speculative_config: dict[str, Any] | None = None
     # Every core computing, none reserved (VLLM_CPU_OMP_THREADS_BIND), as specgate's one engine.
     whole_machine: bool = False
+    # More of the server's environment: (name, value) pairs.
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def _ngram(**more: Any) -> dict[str, Any]:
@@ -87,6 +89,9 @@ ARM_TABLE: tuple[LoadArm, ...] = (
     LoadArm("never-one", "off", ONE),
     LoadArm("always-one", "on", ONE),
     LoadArm("auto-one", "auto", ONE),
+    # Never drafting with vLLM's own RMSNorm on CPUs (app/engine/cpu_kernels.py), for the
+    # kernels' regression check against never-one.
+    LoadArm("never-one-reference", "off", ONE, env=(("SPECGATE_CPU_KERNELS", "reference"),)),
     # vLLM's own server: its default binding (one core reserved), then every core computing.
     LoadArm("vllm-plain", None, server="vllm"),
     LoadArm("vllm-plain-all", None, server="vllm", whole_machine=True),
@@ -359,14 +364,20 @@ def server_groups(args: argparse.Namespace) -> list[tuple[LoadArm, ...]]:
         return [(arm,) for arm in args.arms]
     groups: dict[Any, list[LoadArm]] = {}
     for arm in args.arms:
-        server = (arm.server, arm.server_args, repr(arm.speculative_config), arm.whole_machine)
+        server = (
+            arm.server,
+            arm.server_args,
+            repr(arm.speculative_config),
+            arm.whole_machine,
+            arm.env,
+        )
         groups.setdefault(server, []).append(arm)
     return [tuple(g) for g in groups.values()]
 
 
 def server_spec(arm: LoadArm, args: argparse.Namespace) -> ServerSpec:
     name = ("" if arm.server == "vllm" else "specgate-") + arm.name
-    env = whole_machine_env() if arm.whole_machine else {}
+    env = {**(whole_machine_env() if arm.whole_machine else {}), **dict(arm.env)}
     if arm.server == "vllm":
         speculative = arm.speculative_config or False
         extra = [*arm.server_args, *shlex.split(args.vllm_args)]

@@ -9,7 +9,7 @@ engine's step times. Without one, the request verifies up to its limit every ste
 
 vLLM builds `DraftLengthScheduler` in its engine core process when the engine schedules
 synchronously (app/engine/draft_scheduler.py; under async scheduling,
-app/engine/draft_length_async.py); `DraftWorkerExtension` is loaded in the worker process
+app/engine/draft_length_async.py); `WorkerExtension` is loaded in the worker process
 (`worker_extension_cls`) and patches worker functions when its module is imported there.
 
 A request that never drafts samples as on a plain engine, so it may carry the sampling
@@ -34,21 +34,28 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 
 from app.routing.draft_plan import DraftPlanner, Offer
-from app.routing.goodput import CPU_STEP_PRIOR, GPU_STEP_PRIOR
+from app.routing.goodput import CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior
 
 # Under "vllm", whose handlers the engine core process configures (it runs there).
 logger = logging.getLogger("vllm.specgate.scheduler")
 
 DRAFT_LENGTH_KEY = "specgate_draft_length"
 ACCEPTANCE_PRIOR_KEY = "specgate_acceptance_prior"
+# In the engine's additional_config: a step-cost line (base, per sequence, per token, per
+# sequence drafting; ms) to hold instead of learning one from the engine's own steps.
+STEP_COST_KEY = "specgate_step_cost"
 # How often the engine core logs its learned step-cost line (steps).
 STEP_COST_LOG_EVERY = 500
 # A file to append every step's shape and time to, as JSON lines (for profiling).
 STEP_TRACE = os.environ.get("SPECGATE_STEP_TRACE")
 
 
-def platform_planner() -> DraftPlanner:
-    """A draft planner starting from this platform's step-cost prior."""
+def platform_planner(additional_config: object = None) -> DraftPlanner:
+    """A draft planner starting from this platform's step-cost prior, or held at the line
+    the operator fixed (`STEP_COST_KEY` in vLLM's additional_config: --draft-step-cost)."""
+    fixed = additional_config.get(STEP_COST_KEY) if isinstance(additional_config, dict) else None
+    if fixed is not None:
+        return DraftPlanner(StepCostPrior(*(float(term) for term in fixed)), fixed_step_cost=True)
     return DraftPlanner(CPU_STEP_PRIOR if current_platform.is_cpu() else GPU_STEP_PRIOR)
 
 
@@ -76,7 +83,7 @@ class DraftLengthScheduler(Scheduler):
 
     def __init__(self, vllm_config: VllmConfig, *args: Any, **kwargs: Any) -> None:
         super().__init__(vllm_config, *args, **kwargs)
-        self.planner = platform_planner()
+        self.planner = platform_planner(vllm_config.additional_config)
         # Per request, every token proposed for the coming step, verified or held back.
         self._proposed: dict[str, list[int]] = {}
         self._step_started: tuple[float, int, int, bool] | None = None

@@ -34,7 +34,7 @@ from app.routing.draft_plan import Offer
 class AsyncDraftLengthScheduler(AsyncScheduler):
     def __init__(self, vllm_config: VllmConfig, *args: Any, **kwargs: Any) -> None:
         super().__init__(vllm_config, *args, **kwargs)
-        self.planner = platform_planner()
+        self.planner = platform_planner(vllm_config.additional_config)
         self._last_step_done: float | None = None
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:

@@ -1,9 +1,9 @@
 """Worker-side changes for per-request draft length, installed in vLLM's worker process.
 
 `install()` applies them; importing this module changes nothing. vLLM imports
-app/engine/draft_worker_extension.py in the worker when an engine names
-`WORKER_EXTENSION_QUALNAME` as its `worker_extension_cls`, and that module calls `install()`,
-so the patches reach the worker process only.
+app/engine/worker_extension.py in the worker when an engine names it as its
+`worker_extension_cls`, and that module calls `install()`, so the patches reach the worker
+process only. Each passes through on an engine that does not draft.
 
 - Requests whose draft length is 0 are not offered to the ngram proposer: matching their
   whole context every step would only produce drafts the scheduler then throws away.
@@ -13,6 +13,8 @@ so the patches reach the worker process only.
   whose top-k step fails on the empty batch of draft rows: a sampled request with top_k and
   no top_p, in a step with no drafts, killed the engine core. With length-0 requests beside
   others such steps are common.
+- On CPUs the rejection sampler draws its recovery noise only for requests that drafted
+  (`_sample_recovered_tokens_for_drafting_rows`); vLLM draws it for the whole batch.
 - On CPUs the rejection sampler's per-draft-row temperature, top-k and top-p are expanded in
   PyTorch. vLLM 0.32's C++ stand-in for that Triton kernel (`_expand_kernel_impl`,
   vllm/utils/cpu_triton_utils.py) fills an int64 copy of its output and never copies it back,
@@ -33,8 +35,6 @@ from vllm.v1.worker import gpu_model_runner
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 from app.engine.draft_length import draft_limit
-
-WORKER_EXTENSION_QUALNAME = "app.engine.draft_worker_extension.DraftWorkerExtension"
 
 _sample = GPUModelRunner._sample
 
@@ -100,6 +100,45 @@ def _expand_batch_to_tokens(
     return values.repeat_interleave(counts.long(), output_size=num_tokens)
 
 
+def _sample_recovered_tokens_for_drafting_rows(
+    max_spec_len: int,
+    num_draft_tokens: list[int],
+    cu_num_draft_tokens: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    sampling_metadata: Any,
+    device: torch.device,
+    use_fp64_gumbel: bool = False,
+) -> torch.Tensor:
+    """vLLM's `sample_recovered_tokens`, with the noise drawn only for requests that drafted.
+
+    vLLM draws a vocabulary's worth of exponential noise (and its reciprocal) for every
+    request of the step, drafting or not, though its kernel reads only the rows of requests
+    with drafts. On a CPU that is the speculative path's main cost for a batch where few
+    requests draft: 20 sequences, one drafting 5 tokens, took 107 ms a step against 68
+    without drafts (bench/RESULTS.md). A request with its own seed draws from its generator
+    exactly as in vLLM (and, as there, only when it drafted), so seeded answers are unchanged.
+    """
+    dtype = torch.float64 if use_fp64_gumbel else torch.float32
+    inv_q = torch.empty((len(num_draft_tokens), target_probs.shape[-1]), dtype=dtype, device=device)
+    generators = sampling_metadata.generators
+    for row, drafted in enumerate(num_draft_tokens):
+        if drafted:
+            inv_q[row].exponential_(generator=generators.get(row)).reciprocal_()
+    recovered = torch.empty_like(draft_token_ids)
+    rejection_sampler._sample_recovered_tokens(
+        recovered,
+        cu_num_draft_tokens,
+        draft_token_ids,
+        draft_probs,
+        target_probs,
+        inv_q,
+        max_spec_len=max_spec_len,
+    )
+    return recovered
+
+
 def install() -> None:
     """Patch vLLM's runner, its logits processors and (on CPUs) the rejection sampler's
     expansion, in this process. Twice is the same as once: each wraps the saved original."""
@@ -108,3 +147,5 @@ def install() -> None:
     gpu_model_runner.build_logitsprocs = _build_with_builtins  # type: ignore[attr-defined]
     if current_platform.is_cpu():
         rejection_sampler.expand_batch_to_tokens = _expand_batch_to_tokens
+        # On GPUs one batched draw is cheap, and a launch per drafting row would not be.
+        rejection_sampler.sample_recovered_tokens = _sample_recovered_tokens_for_drafting_rows

@@ -29,9 +29,8 @@ from vllm.v1.metrics.stats import RequestSpecDecodeMetrics
 
 from app.engine.base import EngineFacts, StopsOnExit
 from app.engine.capabilities import Refusal, drafting_refusal
-from app.engine.draft_length import ACCEPTANCE_PRIOR_KEY, DRAFT_LENGTH_KEY
+from app.engine.draft_length import ACCEPTANCE_PRIOR_KEY, DRAFT_LENGTH_KEY, STEP_COST_KEY
 from app.engine.draft_scheduler import SCHEDULER_QUALNAME
-from app.engine.draft_worker import WORKER_EXTENSION_QUALNAME
 from app.engine.model_runner import RunnerFacts, pinned_runner, runner_of
 from app.engine.sampling_table import engine_sampling, finish_reason
 from app.engine.tokenizing import LocalTokenizer
@@ -56,6 +55,9 @@ from app.settings import Settings
 
 logger = logging.getLogger("specgate.engine")
 
+# Loaded in every speculative engine's worker, and in every engine's on CPUs (its module's
+# import installs the worker's changes: app/engine/worker_extension.py).
+WORKER_EXTENSION_QUALNAME = "app.engine.worker_extension.WorkerExtension"
 # Two engines share one machine; on CPUs sizing the KV cache by memory fraction is fragile
 # (it subtracts the whole process's resident memory), so each gets a fixed budget.
 CPU_KV_CACHE_BYTES = 512 * 1024 * 1024
@@ -96,6 +98,9 @@ def engine_args(
         # async scheduling, vLLM's single-GPU default for draft models and EAGLE, overlaps
         # the host's work with the GPU's step (about 1.2 ms a step on an H100).
         extra["scheduler_cls"] = SCHEDULER_QUALNAME
+        if settings.draft_step_cost:
+            extra["additional_config"] = {STEP_COST_KEY: list(settings.draft_step_cost)}
+    if speculative or on_cpu:
         extra["worker_extension_cls"] = WORKER_EXTENSION_QUALNAME
     return AsyncEngineArgs(
         model=model_path,

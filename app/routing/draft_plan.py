@@ -45,8 +45,8 @@ class Offer:
 
 
 class DraftPlanner:
-    def __init__(self, step_prior: StepCostPrior) -> None:
-        self.step_cost = StepCost(step_prior)
+    def __init__(self, step_prior: StepCostPrior, fixed_step_cost: bool = False) -> None:
+        self.step_cost = StepCost(step_prior, fixed_step_cost)
         self._acceptance: dict[str, AcceptanceEstimate] = {}
         self._steps_without_drafts = 0
 

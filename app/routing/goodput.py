@@ -122,13 +122,15 @@ class StepCostPrior:
     per_sequence_drafting_ms: float
 
 
-# Fitted to the step times of the embedded default (SmolLM2-135M, float32, eager, ngram K=5)
-# in one engine on both cores of the 2-core CPU specgate is developed on, on the tune split's
-# changing-load replay (docs/engines.md, "One engine or two"): a draft token costs about as
-# much as a prompt token, and a step in which anything drafts costs every sequence about 3 ms
-# more. Traffic replaces them within a few hundred steps.
+# Fitted (least squares over 1,623 steps, 552 of them drafting) to the step times of the
+# embedded default (SmolLM2-135M, float32, eager, ngram K=5) in one engine on both cores of
+# the 2-core CPU specgate is developed on, on the tune split's changing-load replay with
+# `auto` (docs/engines.md, "One engine or two"). A step in which anything drafts no longer
+# costs every sequence more (it cost about 3 ms each while the rejection sampler drew noise
+# for the whole batch: app/engine/draft_worker.py); the fit put -0.2 ms there. Traffic
+# replaces them within a few hundred steps.
 CPU_STEP_PRIOR = StepCostPrior(
-    base_ms=40.0, per_sequence_ms=0.0, per_token_ms=2.4, per_sequence_drafting_ms=2.9
+    base_ms=33.4, per_sequence_ms=1.9, per_token_ms=1.4, per_sequence_drafting_ms=0.0
 )
 # Llama-3.1-8B on one H200, from aiconfigurator's figures for vLLM (not measured here):
 # a decode step's kernels cost 4.86 ms at batch 1 and 7.57 at batch 64, and vLLM's host
@@ -155,10 +157,17 @@ class StepTime(Protocol):
 
 class StepCost:
     """The engine's time per step as a line in (sequences, tokens, sequences if drafting),
-    learned from its own steps."""
+    learned from its own steps, or held at the prior when `fixed`.
 
-    def __init__(self, prior: StepCostPrior) -> None:
+    A fixed line is the operator's (--draft-step-cost): lengths then follow each request's
+    acceptance and the batch alone, never how busy the machine happened to be while the
+    line was learned (a test of the rule on a loaded machine drafted for a poem).
+    """
+
+    def __init__(self, prior: StepCostPrior, fixed: bool = False) -> None:
         self.prior = prior
+        self.fixed = fixed
+        self._steps = 0
         self._fit = RecursiveLeastSquares(
             (
                 prior.base_ms,
@@ -173,7 +182,8 @@ class StepCost:
 
     @property
     def samples(self) -> int:
-        return self._fit.samples
+        """Steps observed (a fixed line counts them without learning from them)."""
+        return self._steps
 
     @property
     def per_token_ms(self) -> float:
@@ -204,7 +214,9 @@ class StepCost:
         return max(floor, step) + (self.drafting_ms(sequences) if drafting else 0.0)
 
     def observe(self, sequences: int, tokens: int, drafting: bool, ms: float) -> None:
-        self._fit.observe(_features(sequences, tokens, drafting), ms)
+        self._steps += 1
+        if not self.fixed:
+            self._fit.observe(_features(sequences, tokens, drafting), ms)
 
     def snapshot(self) -> dict[str, float | int]:
         base, per_sequence, per_token, per_sequence_drafting = self._fit.theta
@@ -214,6 +226,7 @@ class StepCost:
             "per_token_ms": round(per_token, 4),
             "per_sequence_drafting_ms": round(per_sequence_drafting, 4),
             "samples": self.samples,
+            "fixed": self.fixed,
         }
 
 

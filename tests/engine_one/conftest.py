@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from app.routing.goodput import CPU_STEP_PRIOR
 from tests.engine.conftest import ADMISSION_ARGS, async_client, model_dir, sync_client
 from tests.engine.server import ServerProcess, package_server
 
@@ -19,6 +20,23 @@ __all__ = ["async_client", "model_dir", "sync_client"]
 @pytest.fixture(scope="package")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("server_one") / "specgate.log"
-    args = ["--engine-layout", "one", "--routing-exploration", "0", *ADMISSION_ARGS]
+    # The draft planner holds the CPU prior's step-cost line: these tests check what the rule
+    # does with each request's acceptance, and a line learned on a machine that others' work
+    # slows would make that depend on the machine (a poem drafted half its replay there).
+    step_cost = ",".join(
+        str(term)
+        for term in (
+            CPU_STEP_PRIOR.base_ms,
+            CPU_STEP_PRIOR.per_sequence_ms,
+            CPU_STEP_PRIOR.per_token_ms,
+            CPU_STEP_PRIOR.per_sequence_drafting_ms,
+        )
+    )
+    args = [
+        "--engine-layout", "one",
+        "--routing-exploration", "0",
+        "--draft-step-cost", step_cost,
+        *ADMISSION_ARGS,
+    ]  # fmt: skip
     with package_server(args, log) as process:
         yield process

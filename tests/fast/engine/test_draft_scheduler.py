@@ -14,7 +14,9 @@ from vllm.v1.outputs import DraftTokenIds
 from app.engine.draft_length import (
     ACCEPTANCE_PRIOR_KEY,
     DRAFT_LENGTH_KEY,
+    STEP_COST_KEY,
     DraftLengthScheduler,
+    platform_planner,
 )
 from app.routing.draft_plan import DraftPlanner
 from app.routing.goodput import StepCostPrior
@@ -115,3 +117,14 @@ def test_the_same_request_drafts_less_in_a_crowded_step() -> None:
     alone = scheduler([request("r", **prior)], CPU_LIKE)
     crowd = scheduler([request(f"r{i}", **prior) for i in range(16)], CPU_LIKE)
     assert len(propose(alone)["r"]) > len(propose(crowd)["r0"])
+
+
+def test_the_engines_planner_holds_a_line_fixed_in_its_config() -> None:
+    fixed = platform_planner({STEP_COST_KEY: [40, 0, 2.4, 2.9]}).step_cost
+    learning = platform_planner(None).step_cost
+    assert fixed.fixed and not learning.fixed
+    assert fixed.prior == StepCostPrior(40.0, 0.0, 2.4, 2.9)
+    for cost in (fixed, learning):
+        cost.observe(8, 8, False, 400.0)  # a step ten times its price: a loaded machine
+    assert fixed.predict(8, 8) == 40 + 8 * 2.4
+    assert learning.predict(8, 8) > fixed.predict(8, 8)

@@ -6,8 +6,8 @@ import pytest
 from pydantic_settings import CliApp
 
 from app.cli import parse_settings
-from app.engine.draft_worker import WORKER_EXTENSION_QUALNAME
-from app.engine.vllm_engine import engine_args
+from app.engine.draft_length import STEP_COST_KEY
+from app.engine.vllm_engine import WORKER_EXTENSION_QUALNAME, engine_args, on_cpu
 from app.settings import Settings
 
 # Two nodes' worth of model: each engine spans TP 2 x PP 2 workers on a Ray cluster.
@@ -54,7 +54,8 @@ def test_speculative_engines_take_a_draft_length_per_request() -> None:
     plain = engine_args(Settings(), "/models/small", "plain")
     assert speculative.scheduler_cls == "app.engine.draft_scheduler.draft_length_scheduler"
     assert speculative.worker_extension_cls == WORKER_EXTENSION_QUALNAME
-    assert plain.worker_extension_cls == ""
+    # On CPUs every engine loads it, for its kernels (app/engine/cpu_kernels.py).
+    assert plain.worker_extension_cls == (WORKER_EXTENSION_QUALNAME if on_cpu() else "")
     assert plain.scheduler_cls != speculative.scheduler_cls
 
 
@@ -110,10 +111,26 @@ def test_the_load_format_reaches_both_engines() -> None:
 
 
 def test_importing_the_worker_patches_changes_nothing() -> None:
-    # Only the worker's extension module installs them (app/engine/draft_worker_extension.py).
+    # Only the worker's extension module installs them (app/engine/worker_extension.py).
+    from vllm.model_executor.layers.layernorm import RMSNorm
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    from app.engine import draft_worker
+    from app.engine import cpu_kernels, draft_worker
 
     assert GPUModelRunner._sample is draft_worker._sample  # vLLM's own
     assert GPUModelRunner.propose_draft_token_ids is draft_worker._propose
+    assert RMSNorm.forward_cpu is cpu_kernels._reference_forward_cpu
+
+
+def test_a_fixed_step_cost_line_reaches_the_speculative_engines_scheduler() -> None:
+    settings = parse_settings(["--draft-step-cost", "40,0,2.4,2.9"])
+    speculative = engine_args(settings, "/models/small", "speculative")
+    assert speculative.additional_config == {STEP_COST_KEY: [40.0, 0.0, 2.4, 2.9]}
+    learned = engine_args(Settings(), "/models/small", "speculative")
+    assert STEP_COST_KEY not in (learned.additional_config or {})
+
+
+@pytest.mark.parametrize("value", ["40,0,2.4", "40,0,2.4,-1", "0,1,0,1", "a,b,c,d"])
+def test_a_step_cost_line_that_cannot_price_a_step_is_refused(value: str) -> None:
+    with pytest.raises(ValueError):
+        parse_settings(["--draft-step-cost", value])

@@ -166,6 +166,18 @@ def test_the_step_cost_learns_the_machine_line() -> None:
     assert cost.predict(4, 12, True) == pytest.approx(10 + 6 + 48 + 8, rel=0.05)
 
 
+def test_a_fixed_line_counts_steps_and_keeps_its_prices() -> None:
+    # The same steps that teach a learning line (above) leave a fixed one where it was.
+    learning, fixed = StepCost(CPU_STEP_PRIOR), StepCost(CPU_STEP_PRIOR, fixed=True)
+    before = fixed.predict(4, 12, True)
+    for _ in range(500):
+        for cost in (learning, fixed):
+            cost.observe(4, 12, True, 2 * before)  # a machine twice as slow as the prior
+    assert fixed.samples == learning.samples == 500
+    assert fixed.predict(4, 12, True) == before
+    assert learning.predict(4, 12, True) == pytest.approx(2 * before, rel=0.05)
+
+
 def test_a_fresh_lines_per_token_prices_hold_through_prefill_heavy_first_steps() -> None:
     # A fresh engine's first steps are mostly prompt chunks, with little to tell the terms
     # apart; its prior's slopes must not swing on them (before each term's prior was scaled
