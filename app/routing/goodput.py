@@ -122,15 +122,16 @@ class StepCostPrior:
     per_sequence_drafting_ms: float
 
 
-# Fitted (least squares over 1,623 steps, 552 of them drafting) to the step times of the
-# embedded default (SmolLM2-135M, float32, eager, ngram K=5) in one engine on both cores of
-# the 2-core CPU specgate is developed on, on the tune split's changing-load replay with
-# `auto` (docs/engines.md, "One engine or two"). A step in which anything drafts no longer
-# costs every sequence more (it cost about 3 ms each while the rejection sampler drew noise
-# for the whole batch: app/engine/draft_worker.py); the fit put -0.2 ms there. Traffic
-# replaces them within a few hundred steps.
+# Fitted (least squares over 2,073 steps) to the step times of the embedded default
+# (SmolLM2-135M, float32, eager, ngram K=5) in one engine on both cores of the 2-core CPU
+# specgate is developed on: the tune split's changing-load replay with `auto` (1,623 steps, 552
+# drafting) and one burst of 24 with `auto` and with `off` (450). A step in which anything
+# drafts costs every sequence about 1 ms more: 1.9 in the burst alone, -0.2 in the quiet
+# replay, where few sequences share a drafting step. (It was about 3 ms while the rejection
+# sampler drew noise for the whole batch: app/engine/draft_worker.py.) Traffic replaces them
+# within a few hundred steps.
 CPU_STEP_PRIOR = StepCostPrior(
-    base_ms=33.4, per_sequence_ms=1.9, per_token_ms=1.4, per_sequence_drafting_ms=0.0
+    base_ms=34.1, per_sequence_ms=0.84, per_token_ms=1.38, per_sequence_drafting_ms=0.94
 )
 # Llama-3.1-8B on one H200, from aiconfigurator's figures for vLLM (not measured here):
 # a decode step's kernels cost 4.86 ms at batch 1 and 7.57 at batch 64, and vLLM's host
