@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import statistics
 import sys
 from dataclasses import replace
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     with recorded_run("bench.drafting_step", args.out_dir, argv) as run:
         trace = run.folder / "steps.jsonl"
         extra = ["--engine-layout", "one", "--routing-exploration", "0"]
-        spec = specgate_spec(REPO, [*extra, *args.specgate_args.split()], "specgate-one")
+        spec = specgate_spec(REPO, [*extra, *shlex.split(args.specgate_args)], "specgate-one")
         spec = replace(spec, env={**spec.env, "SPECGATE_STEP_TRACE": str(trace)})
         with serve(spec, free_port(), run.folder / "logs", 600) as server:
             asyncio.run(_batches(server.base_url, args.sequences, args.max_tokens, args.repeats))

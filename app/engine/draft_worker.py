@@ -141,7 +141,8 @@ def _sample_recovered_tokens_for_drafting_rows(
 
 def install() -> None:
     """Patch vLLM's runner, its logits processors and (on CPUs) the rejection sampler's
-    expansion, in this process. Twice is the same as once: each wraps the saved original."""
+    expansion and recovery noise, in this process. Twice is the same as once: each wraps
+    the saved original."""
     GPUModelRunner._sample = _sample_plainly_without_drafts  # type: ignore[method-assign]
     GPUModelRunner.propose_draft_token_ids = _propose_within_limits  # type: ignore[method-assign]
     gpu_model_runner.build_logitsprocs = _build_with_builtins  # type: ignore[attr-defined]

@@ -7,6 +7,7 @@ test_shared_suite.py), plus what only this layout has. One server for the packag
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import astuple
 
 import pytest
 
@@ -23,15 +24,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     # The draft planner holds the CPU prior's step-cost line: these tests check what the rule
     # does with each request's acceptance, and a line learned on a machine that others' work
     # slows would make that depend on the machine (a poem drafted half its replay there).
-    step_cost = ",".join(
-        str(term)
-        for term in (
-            CPU_STEP_PRIOR.base_ms,
-            CPU_STEP_PRIOR.per_sequence_ms,
-            CPU_STEP_PRIOR.per_token_ms,
-            CPU_STEP_PRIOR.per_sequence_drafting_ms,
-        )
-    )
+    step_cost = ",".join(str(term) for term in astuple(CPU_STEP_PRIOR))
     args = [
         "--engine-layout", "one",
         "--routing-exploration", "0",
