@@ -89,6 +89,8 @@ ARM_TABLE: tuple[LoadArm, ...] = (
     LoadArm("never-one", "off", ONE),
     LoadArm("always-one", "on", ONE),
     LoadArm("auto-one", "auto", ONE),
+    # The same over suffix trees (arctic-inference): the prompt's and earlier answers'.
+    LoadArm("auto-one-suffix", "auto", (*ONE, "--speculative-config", '{"method": "suffix"}')),
     # Never drafting with vLLM's own RMSNorm on CPUs (app/engine/cpu_kernels.py), for the
     # kernels' regression check against never-one.
     LoadArm("never-one-reference", "off", ONE, env=(("SPECGATE_CPU_KERNELS", "reference"),)),
@@ -104,6 +106,15 @@ ARM_TABLE: tuple[LoadArm, ...] = (
         whole_machine=True,
     ),
     # vLLM's speculation by batch size ([[min, max, K], ...], inclusive batch sizes).
+    # Suffix decoding (arctic-inference) at vLLM's defaults: up to 24 tokens, cut by the
+    # tree's own confidence (max_spec_factor, min_token_prob).
+    LoadArm(
+        "vllm-suffix-all",
+        None,
+        server="vllm",
+        speculative_config={"method": "suffix"},
+        whole_machine=True,
+    ),
     LoadArm(
         "vllm-table1-all",
         None,
