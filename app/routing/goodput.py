@@ -1,5 +1,5 @@
-"""Each step's draft length for every request in one speculative engine, chosen by what it
-saves the batch's requests in time per token.
+"""Each step's draft length for every request in one speculative engine, chosen for the
+batch's time per token.
 
 With one engine serving every request, speculation is not on or off but a length k in
 0..cap per request, and it can change at every step at no cost (no re-prefill, no move).
@@ -11,16 +11,22 @@ The rule. A request whose drafts are accepted with probability a per position, v
 of them, yields E(k) = (1 - a^(k+1)) / (1 - a) tokens in the step: the k+1-th draft adds
 a^(k+1). The step costs T, a line learned from the engine's own step times in the sequences,
 the tokens verified, and the sequences again when anything drafts (the speculative path
-costs every sequence in such a step, drafting or not). Each request's time per token is
-T / E_i, and the rule minimises their sum, T * sum(1 / E_i): what every request in the batch
-waits per token, the measure that mean latency follows. (Maximising the batch's tokens per
-second instead, sum(E_i) / T, lets a few requests that draft well slow every other request
-in a crowded step; on the 2-core CPU a burst took 1.8x as long as never drafting with that
-measure, 1.42x with this one: docs/engines.md, "One engine or two".) One more
-draft token for request i costs every request the line's per-token slope c and shrinks
-1 / E_i by d_i. A request's d_i falls with k, so for each number of draft tokens in the step
-the best choice is the largest d_i's, and the rule takes the number whose product is least,
-drafting nothing included (a step without drafts skips the speculative path's price).
+costs every sequence in such a step, drafting or not). The rule minimises the step's time
+per token the batch produces, T / sum(E_i). For each number of draft tokens in the step the
+best choice is the largest gains a_i^(k+1), and the rule takes the number whose ratio is
+least, drafting nothing included (a step without drafts skips the speculative path's price).
+
+Why the batch's time per token, and not each request's summed (T * sum(1 / E_i), the rule
+until issue 30): the summed measure charges one draft token to every request in the step,
+so in a crowded step it drafts almost nothing, though a request whose drafts land finishes
+sooner and leaves the batch, and every later step is cheaper for the others. On the 2-core
+CPU, where a verified token costs about what a decoded one does (the GEMMs are compute-bound
+from a few rows on), the summed measure drafted one token a step for a few requests in a
+burst of 24; this one drafts several for those whose drafts land. Under changing load
+(bench/RESULTS.md, issue 30) it took `auto` from 0.99 to 0.88 of never drafting on the mean
+end to end (burst 1.06 to 0.92), two interleaved repeats. (This measure had lost before,
+1.8x never drafting in a burst, while a drafting step paid vLLM's rejection-sampler noise
+for every request and numba's thread pool: docs/engines.md.)
 
 The acceptance a of each request is its own so far (recent steps weigh most), started from a
 prior the gateway hands over at submission (its class's history). Drafts the rule leaves
@@ -256,41 +262,43 @@ def choose_lengths(
     measuring what drafting costs.
 
     `sequences` counts every sequence in the step, candidates or not; each yields at least
-    one token and adds one token to the step. Exact for the rule's measure: for any number
-    D of draft tokens, taking the D largest savings gives the smallest sum(1 / E) (each
-    request's savings fall with k), and T depends on D alone, so the best D is found by
-    walking that order once. A step that drafts nothing skips the speculative path's price.
+    one token and adds one token to the step. Exact for the rule's measure, T / sum(E): for
+    any number D of draft tokens, taking the D largest gains (request i's next draft token
+    adds a_i^(k+1), which falls with k) gives the largest sum(E), and T depends on D alone,
+    so the best D is found by walking that order once. A step that drafts nothing skips the
+    speculative path's price.
     """
+    if not candidates:
+        return []
     lengths = [0 if c.adaptive else c.available for c in candidates]
     tokens = sequences + sum(lengths)
-    waits = (
-        sequences
-        - len(candidates)
-        + sum(
-            1.0 / expected_tokens(c.acceptance, k) for c, k in zip(candidates, lengths, strict=True)
-        )
+    # Sequences without a candidate (a prompt chunk, a request with nothing on offer) yield
+    # one token each.
+    produced: float = max(sequences, len(candidates)) - len(candidates)
+    produced += sum(
+        expected_tokens(c.acceptance, k) for c, k in zip(candidates, lengths, strict=True)
     )
-    best = cost.predict(sequences, tokens, any(lengths)) * waits if at_least <= 0 else math.inf
+    best = cost.predict(sequences, tokens, any(lengths)) / produced if at_least <= 0 else math.inf
     best_count = 0
     order: list[int] = []  # the adaptive requests in the order their draft tokens are added
 
-    def saving(i: int, k: int) -> float:
-        a = candidates[i].acceptance
-        return 1.0 / expected_tokens(a, k) - 1.0 / expected_tokens(a, k + 1)
+    def gain(i: int, k: int) -> float:
+        """What request i's draft token k+1 adds to the step's expected tokens."""
+        return float(candidates[i].acceptance ** (k + 1))
 
     added = [0] * len(candidates)
-    heap = [(-saving(i, 0), i) for i, c in enumerate(candidates) if c.adaptive and c.available]
+    heap = [(-gain(i, 0), i) for i, c in enumerate(candidates) if c.adaptive and c.available]
     heapq.heapify(heap)
     while heap:
         negative, i = heapq.heappop(heap)
-        waits += negative
+        produced -= negative
         added[i] += 1
         order.append(i)
-        step = cost.predict(sequences, tokens + len(order), True) * waits
+        step = cost.predict(sequences, tokens + len(order), True) / produced
         if step < best or len(order) <= at_least:
             best, best_count = step, len(order)
         if added[i] < candidates[i].available:
-            heapq.heappush(heap, (-saving(i, added[i]), i))
+            heapq.heappush(heap, (-gain(i, added[i]), i))
     for i in order[:best_count]:
         lengths[i] += 1
     return lengths

@@ -190,8 +190,12 @@ class _TruePrice:
 @dataclass
 class Oracle(_Lengths):
     def lengths(self, decoding: Sequence[SimRequest], offers: Sequence[int]) -> list[int]:
+        # It knows each answer's length too: no drafts past its end.
         candidates = [
-            Candidate(offer, min(r.pattern.chance[r.generated], 0.99))
+            Candidate(
+                min(offer, max(0, r.output_tokens - r.generated - 1)),
+                min(r.pattern.chance[r.generated], 0.99),
+            )
             for r, offer in zip(decoding, offers, strict=True)
         ]
         context = sum(r.context for r in decoding) // max(1, len(decoding))
