@@ -105,7 +105,6 @@ ARM_TABLE: tuple[LoadArm, ...] = (
         speculative_config=_ngram(num_speculative_tokens=2),
         whole_machine=True,
     ),
-    # vLLM's speculation by batch size ([[min, max, K], ...], inclusive batch sizes).
     # Suffix decoding (arctic-inference) at vLLM's defaults: up to 24 tokens, cut by the
     # tree's own confidence (max_spec_factor, min_token_prob).
     LoadArm(
@@ -115,6 +114,7 @@ ARM_TABLE: tuple[LoadArm, ...] = (
         speculative_config={"method": "suffix"},
         whole_machine=True,
     ),
+    # vLLM's speculation by batch size ([[min, max, K], ...], inclusive batch sizes).
     LoadArm(
         "vllm-table1-all",
         None,
