@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from app.engine.types import Route
 from app.errors import OverloadedError, QueueTimeoutError
+from app.vocabulary import Route
 
 RETRY_AFTER_SECONDS = 1
 

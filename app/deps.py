@@ -12,13 +12,13 @@ from app.auto_tools import AutoToolChoice
 from app.dispatch import Dispatcher
 from app.engine.base import Engine
 from app.engine.tokenizing import TokenizerService
-from app.engine.types import Route
 from app.errors import EngineUnavailableError
 from app.gateway import Gateway
 from app.metrics import GatewayMetrics
 from app.response_store import ResponseStore
 from app.routing.policy import ClientChoice
 from app.served import ServedModel
+from app.vocabulary import Route
 
 
 def get_gateway(request: Request) -> Gateway:

@@ -16,8 +16,7 @@ from typing import Any
 
 from app.admission import Admission
 from app.engine.base import Engine, for_route, route_draft_length
-from app.engine.capabilities import Refusal
-from app.engine.types import GenerationRequest, Prompt, Route, SamplingOptions, other_route
+from app.engine.types import GenerationRequest, Prompt, SamplingOptions
 from app.errors import EngineUnavailableError, InvalidRequestError, QueueTimeoutError, SpecgateError
 from app.fanout import generate_all
 from app.in_flight import InFlight, LoadMark
@@ -40,6 +39,7 @@ from app.routing.policy import (
 from app.run import ID_PREFIXES, Endpoint, Run
 from app.served import ServedModel
 from app.switching import MoveContext, Mover, not_movable
+from app.vocabulary import Refusal, Route, other_route
 
 logger = logging.getLogger("specgate.requests")
 

@@ -10,11 +10,11 @@ from app.auto_tools import AutoToolChoice
 from app.dispatch import Dispatcher
 from app.engine.base import Engine
 from app.engine.tokenizing import TokenizerService
-from app.engine.types import Route
 from app.metrics import GatewayMetrics
 from app.response_store import ResponseStore
 from app.routing.policy import DraftLengths, RoutePolicy
 from app.served import ServedModel
+from app.vocabulary import Route
 
 
 @dataclass

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from app.engine.types import Route
 from app.routing.load_model import Load
+from app.vocabulary import Route
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from app.auto_tools import AutoToolChoice, EnvelopeFormat, ModelFormat
 from app.dispatch import Dispatcher, Limits
 from app.engine.base import Engine
 from app.engine.tokenizing import TokenizerService
-from app.engine.types import Route
 from app.gateway import Gateway
 from app.metrics import GatewayMetrics
 from app.response_store import ResponseStore
@@ -28,6 +27,7 @@ from app.routing.learner import Learner
 from app.routing.policy import DraftLengths, RoutePolicy, RoutingRules
 from app.served import ServedModel
 from app.settings import Settings
+from app.vocabulary import Route
 
 logger = logging.getLogger("specgate")
 

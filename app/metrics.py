@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from app.engine.types import ROUTES, Route, SpecDecodeStats, other_route
 from app.routing.classify import WorkloadClass
 from app.routing.policy import MoveCause
+from app.vocabulary import ROUTES, Route, SpecDecodeStats, other_route
 
 if TYPE_CHECKING:
     from app.routing.feedback import RunReport

@@ -9,19 +9,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from app.engine.types import (
-    FinishReason,
-    GenerationStep,
-    PromptEcho,
-    Route,
-    SpecDecodeStats,
-    TokenLogprob,
-)
+from app.engine.types import FinishReason, GenerationStep, PromptEcho, TokenLogprob
 from app.errors import EngineFailureError, SpecgateError
 from app.routing.draft_replay import DraftReplay, NgramConfig, ReplayFigures
 from app.routing.feedback import Outcome, RunListener, RunReport
 from app.routing.policy import RouteDecision
 from app.switching import Mover, Segment
+from app.vocabulary import Route, SpecDecodeStats
 
 logger = logging.getLogger("specgate.generation")
 

@@ -17,7 +17,7 @@ from pydantic import Field, JsonValue, SecretStr, field_validator, model_validat
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.embedded_model import MODEL_NAME as EMBEDDED_MODEL_NAME
-from app.engine.types import Route
+from app.vocabulary import Route
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "specgate"
 DEFAULT_NGRAM_TOKENS = 5

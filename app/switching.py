@@ -17,15 +17,10 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from app.engine.base import Engine, for_route
-from app.engine.types import (
-    GenerationRequest,
-    GenerationStep,
-    Route,
-    SpecDecodeStats,
-    other_route,
-)
+from app.engine.types import GenerationRequest, GenerationStep
 from app.routing.draft_replay import DraftReplay, NgramConfig, ReplayFigures
 from app.routing.policy import MoveProposal
+from app.vocabulary import Route, SpecDecodeStats, other_route
 
 logger = logging.getLogger("specgate.switching")
 

@@ -7,9 +7,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from app.engine.types import ChoiceDelta, FinishReason, SpecDecodeStats
+from app.engine.types import ChoiceDelta, FinishReason
 from app.run import ChoiceResult, Run
 from app.schemas.common import RouteInfo, RouteSegment, SpeculativeUsage, Usage
+from app.vocabulary import SpecDecodeStats
 
 
 class ResponseEncoder(Protocol):

@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, Self, runtime_checkable
 
-from app.engine.capabilities import Refusal
 from app.engine.tokenizing import TokenizerService
-from app.engine.types import GenerationRequest, GenerationStep, Route, SamplingOptions
+from app.engine.types import GenerationRequest, GenerationStep, SamplingOptions
+from app.vocabulary import Refusal, Route
 
 
 @dataclass(frozen=True)

@@ -8,21 +8,8 @@ request gets a 400 naming the fields.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from app.engine.types import SamplingOptions
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Request fields an engine cannot serve, and why (a phrase: "not supported ...")."""
-
-    fields: tuple[str, ...]
-    why: str
-
-    @property
-    def names(self) -> str:
-        return " and ".join(self.fields)
+from app.vocabulary import Refusal
 
 
 def refusal_of(fields: list[str], why: str) -> Refusal | None:

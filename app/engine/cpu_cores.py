@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Literal
 
-from app.engine.types import Route
+from app.vocabulary import Route
 
 CpuLayout = Literal["split", "shared"]
 # vLLM's ngram proposer is a numba `prange` kernel (vLLM caps it to one thread). Its first

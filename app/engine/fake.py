@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import replace
 
 from app.engine.base import EngineFacts, StopsOnExit
-from app.engine.capabilities import Refusal, drafting_refusal
+from app.engine.capabilities import drafting_refusal
 from app.engine.types import (
     ChoiceDelta,
     FinishReason,
@@ -31,9 +31,7 @@ from app.engine.types import (
     GenerationStep,
     Prompt,
     PromptEcho,
-    Route,
     SamplingOptions,
-    SpecDecodeStats,
     TokenLogprob,
 )
 from app.errors import (
@@ -42,6 +40,7 @@ from app.errors import (
     EngineUnavailableError,
     InvalidRequestError,
 )
+from app.vocabulary import Refusal, Route, SpecDecodeStats
 
 FAIL_MIDSTREAM = "<fail-midstream>"
 

@@ -22,8 +22,8 @@ from app.engine.base import Engine
 from app.engine.cpu_cores import bound_to, core_plan, keep_numba_off_the_cores, whole_machine
 from app.engine.memory_plan import DeviceFacts, Layout, check_plan, choose_layout, needs
 from app.engine.remote import RemoteEngine
-from app.engine.types import ROUTES, Route
 from app.settings import Settings
+from app.vocabulary import ROUTES, Route
 
 logger = logging.getLogger("specgate.engine")
 

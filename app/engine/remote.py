@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 
 from app.engine.base import EngineFacts, StopsOnExit
-from app.engine.capabilities import Refusal, combined, drafting_refusal, refusal_of
+from app.engine.capabilities import combined, drafting_refusal, refusal_of
 from app.engine.coalesce import coalesced
 from app.engine.tokenizing import RemoteTokenizer
-from app.engine.types import GenerationRequest, GenerationStep, Route, SamplingOptions
+from app.engine.types import GenerationRequest, GenerationStep, SamplingOptions
 from app.engine.upstream import Upstream, UpstreamPool, describe_error
 from app.engine.upstream_codec import (
     SSEParser,
@@ -35,6 +35,7 @@ from app.errors import (
     SpecgateError,
 )
 from app.settings import Settings
+from app.vocabulary import Refusal, Route
 
 logger = logging.getLogger("specgate.remote")
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from app.engine.types import Route
 from app.engine.upstream_codec import UpstreamModel, model_from_list
+from app.vocabulary import Route
 
 logger = logging.getLogger("specgate.upstream")
 

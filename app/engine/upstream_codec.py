@@ -13,14 +13,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.engine.sampling_table import NOT_FORWARDED, finish_reason, remote_sampling
-from app.engine.types import (
-    ChoiceDelta,
-    GenerationRequest,
-    GenerationStep,
-    SamplingOptions,
-    SpecDecodeStats,
-)
+from app.engine.types import ChoiceDelta, GenerationRequest, GenerationStep, SamplingOptions
 from app.errors import EngineFailureError, InvalidRequestError, SpecgateError
+from app.vocabulary import SpecDecodeStats
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"

@@ -28,7 +28,7 @@ from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 from vllm.v1.metrics.stats import RequestSpecDecodeMetrics
 
 from app.engine.base import EngineFacts, StopsOnExit
-from app.engine.capabilities import Refusal, drafting_refusal
+from app.engine.capabilities import drafting_refusal
 from app.engine.draft_length import ACCEPTANCE_PRIOR_KEY, DRAFT_LENGTH_KEY, STEP_COST_KEY
 from app.engine.draft_scheduler import SCHEDULER_QUALNAME
 from app.engine.model_runner import RunnerFacts, pinned_runner, runner_of
@@ -40,9 +40,7 @@ from app.engine.types import (
     GenerationRequest,
     GenerationStep,
     PromptEcho,
-    Route,
     SamplingOptions,
-    SpecDecodeStats,
     TokenLogprob,
 )
 from app.errors import (
@@ -52,6 +50,7 @@ from app.errors import (
     InvalidRequestError,
 )
 from app.settings import Settings
+from app.vocabulary import Refusal, Route, SpecDecodeStats
 
 logger = logging.getLogger("specgate.engine")
 

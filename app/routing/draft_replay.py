@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.engine.types import SpecDecodeStats
+from app.vocabulary import SpecDecodeStats
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from app.engine.types import Route, SpecDecodeStats
 from app.routing.draft_replay import ReplayFigures
 from app.routing.learner import Learner, Observation
 from app.routing.load_model import Load
 from app.routing.policy import RouteDecision
+from app.vocabulary import Route, SpecDecodeStats
 
 Outcome = Literal["ok", "aborted", "error"]
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.types import Route, SpecDecodeStats
 from app.routing.classify import WorkloadClass
 from app.routing.load_model import Load, LoadModel
+from app.vocabulary import Route, SpecDecodeStats
 
 # Each class's speculative ITL at concurrency 1 over the speculative line's (27 ms), from
 # the routing benchmark of 2026-12-02 (since retired); the plain route's classes all ran at

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from app.engine.types import Route
 from app.routing.least_squares import RecursiveLeastSquares, Vector
+from app.vocabulary import Route
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from app.engine.capabilities import Refusal
-from app.engine.types import ROUTES, Route, other_route
 from app.routing.classify import WorkloadClass, classify
 from app.routing.features import RequestFeatures
 from app.routing.learner import Learner
 from app.routing.load_model import Load
+from app.vocabulary import ROUTES, Refusal, Route, other_route
 
 Preference = Literal["on", "off", "auto"]
 # Low-cardinality names of why a route was chosen, for metrics.

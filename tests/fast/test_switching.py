@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.engine.fake import FakeEngine
-from app.engine.types import GenerationRequest, Route, SamplingOptions
+from app.engine.types import GenerationRequest, SamplingOptions
 from app.routing.draft_replay import DraftReplay, NgramConfig
 from app.routing.policy import MoveProposal
 from app.switching import FIRST_CHECK_TOKENS, MoveContext, Mover, not_movable
+from app.vocabulary import Route
 
 NGRAM = NgramConfig(k=3, min_n=2, max_n=3, max_model_len=1000)
 PROMPT = [1, 2, 3]  # the fake's words t1 t2 t3, which its default script repeats

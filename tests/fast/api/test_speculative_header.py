@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from app.api.speculative_header import no_route_error, parse_header
-from app.engine.capabilities import Refusal
 from app.errors import InvalidRequestError
 from app.routing.policy import ClientChoice, NoRoute
+from app.vocabulary import Refusal
 
 
 @pytest.mark.parametrize("value", [None, "auto", "ON", " off "])

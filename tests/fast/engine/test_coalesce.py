@@ -9,8 +9,9 @@ import anyio
 import pytest
 
 from app.engine.coalesce import coalesced, merge_steps
-from app.engine.types import ChoiceDelta, GenerationStep, SpecDecodeStats, TokenLogprob
+from app.engine.types import ChoiceDelta, GenerationStep, TokenLogprob
 from app.errors import EngineFailureError
+from app.vocabulary import SpecDecodeStats
 
 
 def step(text: str, index: int = 0, finish: str | None = None) -> GenerationStep:

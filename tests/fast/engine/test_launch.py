@@ -12,8 +12,8 @@ from app.engine import launch
 from app.engine.base import Engine
 from app.engine.fake import FakeEngine
 from app.engine.remote import RemoteEngine
-from app.engine.types import Route
 from app.settings import Settings
+from app.vocabulary import Route
 from tests.paths import REPO
 
 # Port 9 (discard) refuses connections at once: the pools start with no healthy upstream.

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.engine.types import GenerationRequest, GenerationStep, SamplingOptions, SpecDecodeStats
+from app.engine.types import GenerationRequest, GenerationStep, SamplingOptions
 from app.engine.upstream_codec import (
     CHAT_PATH,
     COMPLETIONS_PATH,
@@ -20,6 +20,7 @@ from app.engine.upstream_codec import (
     upstream_error,
 )
 from app.errors import EngineFailureError, InvalidRequestError
+from app.vocabulary import SpecDecodeStats
 from tests.fake_upstream import FakeUpstream
 
 MODEL = UpstreamModel("upstream-model", max_model_len=2048)

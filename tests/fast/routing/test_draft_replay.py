@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.engine.types import SpecDecodeStats
 from app.routing.draft_replay import DraftReplay, NgramConfig, propose
+from app.vocabulary import SpecDecodeStats
 from tests.fuzz_bodies import fuzz_settings
 
 

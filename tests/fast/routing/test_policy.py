@@ -6,13 +6,13 @@ import random
 
 import pytest
 
-from app.engine.capabilities import Refusal
-from app.engine.types import Route, SamplingOptions, SpecDecodeStats
+from app.engine.types import SamplingOptions
 from app.routing.classify import WorkloadClass, classify
 from app.routing.features import extract_features
 from app.routing.learner import Average, Learner, Observation
 from app.routing.load_model import Load
 from app.routing.policy import NoRoute, RoutePolicy, RoutingRules, RunningWork
+from app.vocabulary import Refusal, Route, SpecDecodeStats
 from tests.paths import REPO
 
 PASSAGE = (

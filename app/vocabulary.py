@@ -1,0 +1,62 @@
+"""The words every layer shares: the two routes, what drafting did, and a refusal.
+
+The routing policy, the engines and the HTTP layer all speak of these; they live here, below
+all three, so that the policy never imports the engine layer (tests/fast/test_layers.py).
+No vLLM types here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Route = Literal["speculative", "plain"]
+
+
+ROUTES: tuple[Route, ...] = ("speculative", "plain")
+
+
+def other_route(route: Route) -> Route:
+    return "plain" if route == "speculative" else "speculative"
+
+
+@dataclass(frozen=True)
+class SpecDecodeStats:
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    # Verification steps by draft length: element i counts steps that checked i+1 draft
+    # tokens (empty when the engine does not report it).
+    draft_lengths: tuple[int, ...] = ()
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    @property
+    def accepted_length(self) -> float:
+        """Tokens emitted per verification step: the accepted drafts plus the bonus token."""
+        return 1 + self.accepted_tokens / max(self.drafts, 1)
+
+    def __add__(self, other: SpecDecodeStats) -> SpecDecodeStats:
+        longest = max(len(self.draft_lengths), len(other.draft_lengths))
+        mine = (*self.draft_lengths, *[0] * (longest - len(self.draft_lengths)))
+        theirs = (*other.draft_lengths, *[0] * (longest - len(other.draft_lengths)))
+        return SpecDecodeStats(
+            self.drafts + other.drafts,
+            self.draft_tokens + other.draft_tokens,
+            self.accepted_tokens + other.accepted_tokens,
+            tuple(a + b for a, b in zip(mine, theirs, strict=True)),
+        )
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Request fields an engine cannot serve, and why (a phrase: "not supported ...")."""
+
+    fields: tuple[str, ...]
+    why: str
+
+    @property
+    def names(self) -> str:
+        return " and ".join(self.fields)
