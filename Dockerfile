@@ -7,6 +7,9 @@ COPY pyproject.toml README.md /opt/specgate/src/
 COPY app /opt/specgate/src/app
 # The gpu extra asks for vllm==0.32.0, which the base image satisfies, so pip keeps its build.
 RUN python3 -m pip install --no-cache-dir "/opt/specgate/src[gpu]"
+# The suffix-tree drafter (vLLM's "suffix" method), built from source against the image's torch.
+COPY scripts/install_arctic_inference.py /opt/specgate/src/scripts/
+RUN python3 /opt/specgate/src/scripts/install_arctic_inference.py
 
 # A fixed high uid, so that no user of the base image is reused. The Hugging Face cache is a
 # volume: weights of tens of GB are downloaded once, not into every container's layer. So are

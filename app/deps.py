@@ -18,6 +18,7 @@ from app.metrics import GatewayMetrics
 from app.response_store import ResponseStore
 from app.routing.policy import ClientChoice
 from app.served import ServedModel
+from app.tenancy import Tenancy
 from app.vocabulary import Route
 
 
@@ -93,6 +94,17 @@ def _client_choice(gateway: GatewayDep, x_speculative: SpeculativeHeader = None)
 
 # What the client asked of the routing with X-Speculative, parsed and checked.
 ClientChoiceDep = Annotated[ClientChoice, Depends(_client_choice)]
+
+
+def _tenancy(
+    gateway: GatewayDep,
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> Tenancy:
+    return Tenancy(gateway.suffix_tree_scope, authorization)
+
+
+# Whose earlier answers the request may draft from; its body's cache_salt completes it.
+TenancyDep = Annotated[Tenancy, Depends(_tenancy)]
 MoveAfterHeader = Annotated[
     int | None,
     Header(

@@ -89,7 +89,14 @@ class Dispatcher:
         decision = self.decide(spec.choice, features, options)
         request_id = f"{ID_PREFIXES[spec.endpoint]}{uuid.uuid4().hex}"
         return await self.start(
-            decision, request_id, spec.prompts, options, spec.endpoint, spec.move_after, spec.tools
+            decision,
+            request_id,
+            spec.prompts,
+            options,
+            spec.endpoint,
+            spec.move_after,
+            spec.tools,
+            spec.tenant,
         )
 
     def decide(
@@ -122,6 +129,7 @@ class Dispatcher:
         endpoint: Endpoint,
         move_after: int | None = None,
         tools: tuple[dict[str, Any], ...] | None = None,
+        tenant: str | None = None,
     ) -> Run:
         """Submit one engine request per prompt; returns once the first output is in."""
         route = decision.route
@@ -143,6 +151,7 @@ class Dispatcher:
                 decision.draft_length,
                 decision.acceptance_prior,
                 tools,
+                tenant,
             )
             for i, prompt in enumerate(prompts)
         ]

@@ -14,6 +14,7 @@ from app.metrics import GatewayMetrics
 from app.response_store import ResponseStore
 from app.routing.policy import DraftLengths, RoutePolicy
 from app.served import ServedModel
+from app.tenancy import TreeScope
 from app.vocabulary import Route
 
 
@@ -29,6 +30,8 @@ class Gateway:
     draft_lengths: DraftLengths = field(default_factory=DraftLengths)
     # On shutdown, how long open streams may go on before they are cut.
     shutdown_grace_seconds: float = 0.0
+    # Whose earlier answers suffix drafting may draw on: each tenant's own, or everyone's.
+    suffix_tree_scope: TreeScope = "tenant"
     # How tool_choice "auto" is served; None: refused (--no-enable-auto-tool-choice).
     auto_tools: AutoToolChoice | None = None
     # The served model's tokenizer, for /tokenize and its kin; None: no engine has one.

@@ -90,6 +90,7 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
             most=max_draft_length(settings),
         ),
         shutdown_grace_seconds=settings.shutdown_grace_seconds,
+        suffix_tree_scope=settings.suffix_tree_scope,
         auto_tools=auto_tool_choice(settings, engines),
         tokenizing=tokenizer_service(engines),
         responses=ResponseStore(settings.responses_store_size),

@@ -7,7 +7,10 @@ from functools import partial
 from typing import TYPE_CHECKING, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from app.engine.types import SuffixCacheCounts
 from app.routing.classify import WorkloadClass
 from app.routing.policy import MoveCause
 from app.vocabulary import ROUTES, Route, SpecDecodeStats, other_route
@@ -23,10 +26,57 @@ _RATE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 _LENGTH_BUCKETS = (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8)
 
 
+class SuffixCacheCollector(Collector):
+    """The suffix drafter's trees of earlier answers, as its engine last reported them
+    (GET /metrics asks it first: the counts live in the engine's worker process)."""
+
+    def __init__(self) -> None:
+        self.counts: SuffixCacheCounts | None = None
+
+    def collect(self) -> list[Metric]:
+        counts = self.counts
+        if counts is None:
+            return []
+        return [
+            GaugeMetricFamily(
+                "specgate_suffix_cache_tenants",
+                "Tenants with a suffix tree of earlier answers.",
+                value=counts.tenants,
+            ),
+            GaugeMetricFamily(
+                "specgate_suffix_cache_answers",
+                "Earlier answers held for suffix drafting, all tenants together.",
+                value=counts.cached_answers,
+            ),
+            GaugeMetricFamily(
+                "specgate_suffix_cache_tokens",
+                "Tokens of the earlier answers held for suffix drafting.",
+                value=counts.cached_tokens,
+            ),
+            CounterMetricFamily(
+                "specgate_suffix_cache_proposals",
+                "Steps at which a request asked the suffix drafter for a draft.",
+                value=counts.proposals,
+            ),
+            CounterMetricFamily(
+                "specgate_suffix_cache_hits",
+                "Steps at which the suffix drafter found a draft.",
+                value=counts.hits,
+            ),
+            CounterMetricFamily(
+                "specgate_suffix_cache_evictions",
+                "Earlier answers dropped to keep the suffix trees within their bounds.",
+                value=counts.evictions,
+            ),
+        ]
+
+
 class GatewayMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self.suffix_cache = SuffixCacheCollector()
+        r.register(self.suffix_cache)
         self.requests = Counter(
             "specgate_requests",
             "Requests answered, by route, workload class, endpoint and outcome.",

@@ -25,6 +25,8 @@ class RequestSpec:
     max_tokens_field: str = "max_tokens"
     # A chat request's function tools, in OpenAI's shape, for the chat template.
     tools: tuple[dict[str, Any], ...] | None = None
+    # Whose earlier answers suffix drafting may draw on (app/tenancy.py).
+    tenant: str | None = None
 
     @classmethod
     def of_turns(

@@ -140,6 +140,21 @@ class Settings(BaseSettings):
         json_schema_extra=_cli("speculation", "MS,MS,MS,MS", unset="learned"),
     )
 
+    # Suffix decoding (speculative_config method "suffix") drafts from earlier answers too.
+    # Shared, a client's speed would reveal that another's answer exists: by default each
+    # tenant (API key, or the request's cache_salt) drafts from its own answers only.
+    suffix_tree_scope: Literal["tenant", "shared"] = Field(
+        "tenant",
+        description="Suffix drafting from earlier answers: each tenant's own, or everyone's",
+        json_schema_extra=_cli("speculation"),
+    )
+    suffix_cache_tokens: int = Field(
+        4_000_000,
+        gt=0,
+        description="Suffix drafting: answer tokens kept, all tenants together (oldest go)",
+        json_schema_extra=_cli("speculation", "TOKENS"),
+    )
+
     # -- resources -------------------------------------------------------------------------------
     tensor_parallel_size: int = Field(
         1,

@@ -218,6 +218,7 @@ class Mover:
                 replace(options, max_tokens=left),
                 self.request.draft_length,
                 self.request.acceptance_prior,
+                tenant=self.request.tenant,
             )
 
     def _ask(self, route: Route, prompt_tokens: int, output: list[int]) -> MoveProposal | None:

@@ -19,7 +19,15 @@ MODEL = "SmolLM2-135M-Instruct"
 
 # The real-engine tiers: each package starts real vLLM engines (or servers of them), so every
 # test in it carries the `engine` marker; the rest of tests/ is the fast tier.
-ENGINE_TIERS = ("draft_model", "engine", "engine_one", "faults", "gpu_check", "remote")
+ENGINE_TIERS = (
+    "draft_model",
+    "engine",
+    "engine_one",
+    "engine_suffix",
+    "faults",
+    "gpu_check",
+    "remote",
+)
 TESTS = Path(__file__).parent
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -18,6 +19,7 @@ from app.deps import (
     ModelDep,
     MoveAfterHeader,
     ShutdownGraceDep,
+    TenancyDep,
 )
 from app.encoders.chat import ChatEncoder
 from app.engine.types import ChatMessage
@@ -47,6 +49,7 @@ async def create_chat_completion(
     auto_tools: AutoToolsDep,
     grace: ShutdownGraceDep,
     routing: ClientChoiceDep,
+    tenancy: TenancyDep,
     x_specgate_move_after: MoveAfterHeader = None,
 ) -> Response:
     """Create a chat completion, streamed over SSE when `stream` is true."""
@@ -56,6 +59,7 @@ async def create_chat_completion(
     functions, tools = chat_functions(body), chat_tools(body)
     turn = auto_turn(auto_tools, choice, messages, functions, tools, parallel_calls(body))
     spec = chat_spec(body, messages, mode, turn, routing, x_specgate_move_after)
+    spec = replace(spec, tenant=tenancy.tenant(body.cache_salt))
     return await respond(
         await dispatcher.open(spec),
         request,

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from app.api.openapi_docs import GENERATION_RESPONSES
 from app.api.respond import respond
 from app.api.sampling import sampling_options
-from app.deps import ClientChoiceDep, DispatcherDep, ModelDep, MoveAfterHeader, ShutdownGraceDep
+from app.deps import (
+    ClientChoiceDep,
+    DispatcherDep,
+    ModelDep,
+    MoveAfterHeader,
+    ShutdownGraceDep,
+    TenancyDep,
+)
 from app.encoders.completions import CompletionsEncoder
 from app.request_spec import RequestSpec
 from app.routing.policy import ClientChoice
@@ -30,10 +39,12 @@ async def create_completion(
     model: ModelDep,
     grace: ShutdownGraceDep,
     routing: ClientChoiceDep,
+    tenancy: TenancyDep,
     x_specgate_move_after: MoveAfterHeader = None,
 ) -> Response:
     """Create a text completion, streamed over SSE when `stream` is true."""
-    run = await dispatcher.open(completion_spec(body, routing, x_specgate_move_after))
+    spec = completion_spec(body, routing, x_specgate_move_after)
+    run = await dispatcher.open(replace(spec, tenant=tenancy.tenant(body.cache_salt)))
     return await respond(
         run,
         request,

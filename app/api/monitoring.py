@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.deps import EnginesDep, MetricsDep
-from app.engine.base import UpstreamReporter
+from app.engine.base import SuffixCacheReporter, UpstreamReporter
 from app.errors import SpecgateError
 
 router = APIRouter()
@@ -39,6 +40,15 @@ async def health(engines: EnginesDep) -> Response:
 
 
 @router.get("/metrics", summary="Prometheus metrics")
-async def metrics(registry: MetricsDep) -> Response:
+async def metrics(registry: MetricsDep, engines: EnginesDep) -> Response:
     """Prometheus metrics: requests, latency and speculative counters by engine."""
+    # One engine may serve both routes: ask each once.
+    for engine in {id(engine): engine for engine in engines.values()}.values():
+        if isinstance(engine, SuffixCacheReporter):
+            with contextlib.suppress(SpecgateError, TimeoutError):
+                counts = await asyncio.wait_for(
+                    engine.suffix_cache_counts(), HEALTH_TIMEOUT_SECONDS
+                )
+                if counts is not None:
+                    registry.suffix_cache.counts = counts
     return Response(registry.render(), media_type=CONTENT_TYPE_LATEST)

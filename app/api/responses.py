@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -18,6 +19,7 @@ from app.deps import (
     MoveAfterHeader,
     ResponsesDep,
     ShutdownGraceDep,
+    TenancyDep,
 )
 from app.encoders.responses import ResponsesEncoder
 from app.engine.types import ChatMessage, SamplingOptions
@@ -53,6 +55,7 @@ async def create_response(
     responses: ResponsesDep,
     grace: ShutdownGraceDep,
     routing: ClientChoiceDep,
+    tenancy: TenancyDep,
     x_specgate_move_after: MoveAfterHeader = None,
 ) -> Response:
     """Create a response, streamed as typed SSE events when `stream` is true."""
@@ -64,6 +67,7 @@ async def create_response(
     choice = responses_choice(body)
     turn = auto_turn(auto_tools, choice, turns, functions, tools, parallel)
     spec = response_spec(body, turns, mode, turn, routing, x_specgate_move_after)
+    spec = replace(spec, tenant=tenancy.tenant(body.cache_salt))
     run = await dispatcher.open(spec)
     call_parser = turn.parser if turn is not None else None
 

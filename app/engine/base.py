@@ -7,7 +7,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol, Self, runtime_checkable
 
 from app.engine.tokenizing import TokenizerService
-from app.engine.types import GenerationRequest, GenerationStep, SamplingOptions
+from app.engine.types import (
+    GenerationRequest,
+    GenerationStep,
+    SamplingOptions,
+    SuffixCacheCounts,
+)
 from app.vocabulary import Refusal, Route
 
 
@@ -98,6 +103,13 @@ class UpstreamReporter(Protocol):
     def upstream_status(self) -> dict[str, str]:
         """Each upstream's base URL: "ok", or why it is out of the pool."""
         ...
+
+
+@runtime_checkable
+class SuffixCacheReporter(Protocol):
+    """An engine that drafts from suffix trees of earlier answers, which /metrics reports."""
+
+    async def suffix_cache_counts(self) -> SuffixCacheCounts | None: ...
 
 
 def for_route(request: GenerationRequest, route: Route, facts: EngineFacts) -> GenerationRequest:

@@ -44,6 +44,10 @@ ACCEPTANCE_PRIOR_KEY = "specgate_acceptance_prior"
 # In the engine's additional_config: a step-cost line (base, per sequence, per token, per
 # sequence drafting; ms) to hold instead of learning one from the engine's own steps.
 STEP_COST_KEY = "specgate_step_cost"
+# Suffix decoding (app/engine/suffix_drafter.py): whose earlier answers a request may draft
+# from, in its extra_args; and the answer tokens the trees may hold, in additional_config.
+TENANT_KEY = "specgate_tenant"
+CACHE_TOKENS_KEY = "specgate_suffix_cache_tokens"
 # How often the engine core logs its learned step-cost line (steps).
 STEP_COST_LOG_EVERY = 500
 # A file to append every step's shape and time to, as JSON lines (for profiling).

@@ -7,6 +7,8 @@ process only. Each passes through on an engine that does not draft.
 
 - Requests whose draft length is 0 are not offered to the ngram proposer: matching their
   whole context every step would only produce drafts the scheduler then throws away.
+- With suffix decoding, the runner's proposer is replaced, on its first step, by one that keeps
+  the tree of earlier answers per tenant (app/engine/suffix_drafter.py).
 - A step in which no request has drafts samples as a plain engine does. vLLM 0.32 sends
   every step of a speculative engine through its rejection sampler, which for such a step
   only adds work (a profile of length-0 requests put it at about 3 % of their time), and
@@ -56,6 +58,8 @@ def _propose_within_limits(
     self: GPUModelRunner, scheduler_output: Any, sampled_token_ids: Any, *args: Any, **kwargs: Any
 ) -> Any:
     config = self.speculative_config
+    if config is not None and config.method == "suffix":
+        _keep_trees_per_tenant(self)
     if config is None or config.method != "ngram" or not isinstance(sampled_token_ids, list):
         return _propose(self, scheduler_output, sampled_token_ids, *args, **kwargs)
     k = self.num_spec_tokens
@@ -66,6 +70,14 @@ def _propose_within_limits(
         if params is not None and draft_limit(params.extra_args, k) == 0:
             offered[i] = []  # the ngram proposer skips requests that sampled nothing
     return _propose(self, scheduler_output, offered, *args, **kwargs)
+
+
+def _keep_trees_per_tenant(runner: GPUModelRunner) -> None:
+    # Imported here: arctic-inference is loaded only by engines that draft with it.
+    from app.engine.suffix_drafter import TenantSuffixDrafter
+
+    if not isinstance(runner.drafter, TenantSuffixDrafter):
+        runner.drafter = TenantSuffixDrafter(runner.vllm_config, runner.requests)
 
 
 _build_logitsprocs = gpu_model_runner.build_logitsprocs  # type: ignore[attr-defined]

@@ -66,6 +66,9 @@ class GenerationRequest:
     acceptance_prior: float | None = None
     # A chat request's function tools, in OpenAI's shape, for the chat template.
     tools: tuple[dict[str, Any], ...] | None = None
+    # Whose earlier answers suffix drafting may draw on (app/tenancy.py); None: the tree
+    # that requests without a tenant share.
+    tenant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -113,3 +116,16 @@ class GenerationStep:
     choices: list[ChoiceDelta]
     # The prompt as the engine tokenised it, on a request's first step (embedded engines).
     prompt_token_ids: tuple[int, ...] | None = None
+
+
+@dataclass
+class SuffixCacheCounts:
+    """A suffix-drafting engine's trees of earlier answers (app/engine/suffix_drafter.py),
+    as its worker counts them: what /metrics reports."""
+
+    tenants: int = 0
+    cached_answers: int = 0
+    cached_tokens: int = 0
+    proposals: int = 0  # requests that asked for a draft, step by step
+    hits: int = 0  # ...and got one
+    evictions: int = 0  # answers dropped to stay within the bounds

@@ -29,7 +29,13 @@ from vllm.v1.metrics.stats import RequestSpecDecodeMetrics
 
 from app.engine.base import EngineFacts, StopsOnExit
 from app.engine.capabilities import drafting_refusal
-from app.engine.draft_length import ACCEPTANCE_PRIOR_KEY, DRAFT_LENGTH_KEY, STEP_COST_KEY
+from app.engine.draft_length import (
+    ACCEPTANCE_PRIOR_KEY,
+    CACHE_TOKENS_KEY,
+    DRAFT_LENGTH_KEY,
+    STEP_COST_KEY,
+    TENANT_KEY,
+)
 from app.engine.draft_scheduler import SCHEDULER_QUALNAME
 from app.engine.model_runner import RunnerFacts, pinned_runner, runner_of
 from app.engine.sampling_table import engine_sampling, finish_reason
@@ -41,6 +47,7 @@ from app.engine.types import (
     GenerationStep,
     PromptEcho,
     SamplingOptions,
+    SuffixCacheCounts,
     TokenLogprob,
 )
 from app.errors import (
@@ -97,8 +104,11 @@ def engine_args(
         # async scheduling, vLLM's single-GPU default for draft models and EAGLE, overlaps
         # the host's work with the GPU's step (about 1.2 ms a step on an H100).
         extra["scheduler_cls"] = SCHEDULER_QUALNAME
+        # What specgate's scheduler and suffix drafter read in the engine's processes.
+        additional: dict[str, Any] = {CACHE_TOKENS_KEY: settings.suffix_cache_tokens}
         if settings.draft_step_cost:
-            extra["additional_config"] = {STEP_COST_KEY: list(settings.draft_step_cost)}
+            additional[STEP_COST_KEY] = list(settings.draft_step_cost)
+        extra["additional_config"] = additional
     if speculative or on_cpu:
         extra["worker_extension_cls"] = WORKER_EXTENSION_QUALNAME
     return AsyncEngineArgs(
@@ -132,6 +142,9 @@ class VllmEngine(StopsOnExit):
     def __init__(self, llm: AsyncLLM, route: Route, runner: RunnerFacts) -> None:
         self.route: Route = route
         self._llm: AsyncLLM | None = llm
+        config = llm.vllm_config.speculative_config
+        # Its worker keeps suffix trees of earlier answers per tenant (suffix_drafter.py).
+        self.drafts_from_suffix_trees = config is not None and config.method == "suffix"
         self._tokenizer = llm.get_tokenizer()
         self.max_model_len: int = llm.model_config.max_model_len
         # A speculative engine honours each request's draft_length; a plain one drafts none.
@@ -243,6 +256,14 @@ class VllmEngine(StopsOnExit):
             await self._running().check_health()
         except EngineDeadError as exc:
             raise EngineUnavailableError(f"the {self.route} engine has stopped") from exc
+
+    async def suffix_cache_counts(self) -> SuffixCacheCounts | None:
+        if not self.drafts_from_suffix_trees:
+            return None
+        answers = await self._running().collective_rpc("suffix_cache_counts")
+        # One answer per worker (tensor-parallel rank): the first rank's speaks for the engine.
+        first = answers[0] if answers else None
+        return first if isinstance(first, SuffixCacheCounts) else None
 
     async def aclose(self) -> None:
         if self._llm is None:
@@ -409,6 +430,8 @@ def draft_args(request: GenerationRequest) -> dict[str, Any] | None:
         args[DRAFT_LENGTH_KEY] = request.draft_length
     if request.acceptance_prior is not None:
         args[ACCEPTANCE_PRIOR_KEY] = request.acceptance_prior
+    if request.tenant is not None:
+        args[TENANT_KEY] = request.tenant
     return args or None
 
 

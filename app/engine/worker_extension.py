@@ -11,11 +11,23 @@ module's import installs the worker's changes, and nothing else imports it:
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from app.engine import cpu_kernels, draft_worker
+from app.engine.types import SuffixCacheCounts
 
 draft_worker.install()
 cpu_kernels.install()
 
 
 class WorkerExtension:
-    """Nothing to call: loading it is what installs the changes in the worker."""
+    """Loading it installs the changes in the worker; its methods answer the engine's
+    `collective_rpc` calls (mixed into vLLM's worker, whose `model_runner` they read)."""
+
+    model_runner: Any
+
+    def suffix_cache_counts(self) -> SuffixCacheCounts | None:
+        """The suffix drafter's counts, or None where the engine drafts otherwise."""
+        counts = getattr(getattr(self.model_runner, "drafter", None), "counts", None)
+        return replace(counts) if isinstance(counts, SuffixCacheCounts) else None

@@ -123,6 +123,12 @@ class RequestBase(BaseModel):
         description="vLLM extension: go on past the end-of-sequence token, up to max_tokens "
         "(for benchmarks that need an exact length).",
     )
+    cache_salt: str | None = Field(
+        None,
+        max_length=256,
+        description="vLLM extension: whose work this request may share. Suffix drafting "
+        "draws only on earlier answers with the same salt (by default the same API key).",
+    )
     # OpenAI's chat field; on completions a vLLM extension, honoured the same way.
     response_format: ResponseFormat | None = None
 

@@ -115,6 +115,12 @@ class ResponseRequest(BaseModel):
     metadata: dict[str, str] | None = Field(None, max_length=16)
     user: str | None = None
     seed: int | None = Field(None, ge=-(2**63), le=INT64_MAX)
+    cache_salt: str | None = Field(
+        None,
+        max_length=256,
+        description="vLLM extension: whose work this request may share. Suffix drafting "
+        "draws only on earlier answers with the same salt (by default the same API key).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ResponseRequest:

@@ -194,12 +194,19 @@ def dockerignored(path: str) -> bool:
     ]
     parts = path.split("/")
     prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-    return any(fnmatch.fnmatch(prefix, pattern) for prefix in prefixes for pattern in patterns)
+    # As Docker reads it: the last pattern that matches the path (or a folder above it)
+    # decides, and one that starts with "!" lets the path back in.
+    ignored = False
+    for pattern in patterns:
+        if any(fnmatch.fnmatch(prefix, pattern.removeprefix("!")) for prefix in prefixes):
+            ignored = not pattern.startswith("!")
+    return ignored
 
 
 def test_the_build_context_holds_what_the_images_copy_and_not_the_venv() -> None:
     for ignored in [".venv/bin/python", ".git/HEAD", "bench/results/logs/x.log", "app/__pycache__"]:
         assert dockerignored(ignored), ignored
+    assert dockerignored("scripts/export_openapi.py")
     for dockerfile in DOCKERFILES.values():
         for stage in dockerfile_stages(dockerfile):
             for copy in values(stage, "COPY"):

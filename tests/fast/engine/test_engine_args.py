@@ -6,7 +6,7 @@ import pytest
 from pydantic_settings import CliApp
 
 from app.cli import parse_settings
-from app.engine.draft_length import STEP_COST_KEY
+from app.engine.draft_length import CACHE_TOKENS_KEY, STEP_COST_KEY
 from app.engine.vllm_engine import WORKER_EXTENSION_QUALNAME, engine_args, on_cpu
 from app.settings import Settings
 
@@ -125,7 +125,7 @@ def test_importing_the_worker_patches_changes_nothing() -> None:
 def test_a_fixed_step_cost_line_reaches_the_speculative_engines_scheduler() -> None:
     settings = parse_settings(["--draft-step-cost", "40,0,2.4,2.9"])
     speculative = engine_args(settings, "/models/small", "speculative")
-    assert speculative.additional_config == {STEP_COST_KEY: [40.0, 0.0, 2.4, 2.9]}
+    assert speculative.additional_config[STEP_COST_KEY] == [40.0, 0.0, 2.4, 2.9]
     learned = engine_args(Settings(), "/models/small", "speculative")
     assert STEP_COST_KEY not in (learned.additional_config or {})
 
@@ -134,3 +134,10 @@ def test_a_fixed_step_cost_line_reaches_the_speculative_engines_scheduler() -> N
 def test_a_step_cost_line_that_cannot_price_a_step_is_refused(value: str) -> None:
     with pytest.raises(ValueError):
         parse_settings(["--draft-step-cost", value])
+
+
+def test_the_suffix_trees_token_bound_reaches_the_speculative_engines_worker() -> None:
+    settings = parse_settings(["--suffix-cache-tokens", "123456"])
+    speculative = engine_args(settings, "/models/small", "speculative")
+    assert speculative.additional_config == {CACHE_TOKENS_KEY: 123456}
+    assert STEP_COST_KEY not in speculative.additional_config
