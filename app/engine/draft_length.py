@@ -48,6 +48,9 @@ STEP_COST_KEY = "specgate_step_cost"
 # from, in its extra_args; and the answer tokens the trees may hold, in additional_config.
 TENANT_KEY = "specgate_tenant"
 CACHE_TOKENS_KEY = "specgate_suffix_cache_tokens"
+# On vLLM's DraftTokenIds from the worker: per request, the drafter's probability for each
+# draft token (a list), or None.
+CONFIDENCE_ATTRIBUTE = "specgate_confidence"
 # How often the engine core logs its learned step-cost line (steps).
 STEP_COST_LOG_EVERY = 500
 # A file to append every step's shape and time to, as JSON lines (for profiling).
@@ -88,8 +91,9 @@ class DraftLengthScheduler(Scheduler):
     def __init__(self, vllm_config: VllmConfig, *args: Any, **kwargs: Any) -> None:
         super().__init__(vllm_config, *args, **kwargs)
         self.planner = platform_planner(vllm_config.additional_config)
-        # Per request, every token proposed for the coming step, verified or held back.
-        self._proposed: dict[str, list[int]] = {}
+        # Per request, every token proposed for the coming step, verified or held back, and
+        # the drafter's confidence in each where it gives one.
+        self._proposed: dict[str, tuple[list[int], list[float] | None]] = {}
         self._step_started: tuple[float, int, int, bool] | None = None
         self._trace: dict[str, int] = {}
 
@@ -127,22 +131,33 @@ class DraftLengthScheduler(Scheduler):
                     trace.write(json.dumps({**self._trace, "ms": round(ms, 3)}) + "\n")
             step_cost = self.planner.step_cost
             if step_cost.samples % STEP_COST_LOG_EVERY == 0:
-                logger.info("step cost line: %s", step_cost.snapshot())
+                logger.info(
+                    "step cost line: %s; drafter confidence calibrated (chance, observations"
+                    " per tenth of probability): %s",
+                    step_cost.snapshot(),
+                    [
+                        (round(chance, 3), round(seen))
+                        for chance, seen in self.planner.calibration.snapshot()
+                    ],
+                )
         self._learn_acceptance(model_runner_output)
         return super().update_from_output(scheduler_output, model_runner_output)
 
     def _learn_acceptance(self, model_runner_output: ModelRunnerOutput) -> None:
         sampled = model_runner_output.sampled_token_ids
         index = model_runner_output.req_id_to_index
-        for request_id, proposed in self._proposed.items():
+        for request_id, (proposed, confidence) in self._proposed.items():
             position = index.get(request_id)
             if position is not None and position < len(sampled):
-                self.planner.observe_drafts(request_id, proposed, list(sampled[position]))
+                produced = list(sampled[position])
+                self.planner.observe_drafts(request_id, proposed, produced, confidence)
         self._proposed = {}
 
     def update_draft_token_ids(self, draft_token_ids: DraftTokenIds) -> None:
         k = self.num_spec_tokens
         proposals = draft_token_ids.draft_token_ids
+        # A suffix drafter's per-token probabilities ride along (app/engine/draft_worker.py).
+        confidences = getattr(draft_token_ids, CONFIDENCE_ATTRIBUTE, None)
         chosen: list[tuple[int, list[int]]] = []
         offers: list[Offer] = []
         for i, request_id in enumerate(draft_token_ids.req_ids):
@@ -151,10 +166,14 @@ class DraftLengthScheduler(Scheduler):
                 continue
             extra_args = request.sampling_params.extra_args
             offered = proposals[i][: draft_limit(extra_args, k)]
+            confidence = confidences[i] if confidences and confidences[i] else None
             if proposals[i] and not request.is_prefill_chunk:
-                self._proposed[request_id] = list(proposals[i])
+                self._proposed[request_id] = (list(proposals[i]), confidence)
             chosen.append((i, offered))
-            offers.append(Offer(request_id, len(offered), acceptance_prior(extra_args)))
+            offered_confidence = tuple(confidence[: len(offered)]) if confidence else None
+            offers.append(
+                Offer(request_id, len(offered), acceptance_prior(extra_args), offered_confidence)
+            )
         lengths = self.planner.lengths(offers, len(self.running))
         for (i, offered), length in zip(chosen, lengths, strict=True):
             proposals[i] = offered[:length]

@@ -8,7 +8,9 @@ process only. Each passes through on an engine that does not draft.
 - Requests whose draft length is 0 are not offered to the ngram proposer: matching their
   whole context every step would only produce drafts the scheduler then throws away.
 - With suffix decoding, the runner's proposer is replaced, on its first step, by one that keeps
-  the tree of earlier answers per tenant (app/engine/suffix_drafter.py).
+  the tree of earlier answers per tenant (app/engine/suffix_drafter.py), and the drafts the
+  worker hands the scheduler carry the drafter's probability for each token, which the
+  length rule prices positions by (app/routing/confidence.py).
 - A step in which no request has drafts samples as a plain engine does. vLLM 0.32 sends
   every step of a speculative engine through its rejection sampler, which for such a step
   only adds work (a profile of length-0 requests put it at about 3 % of their time), and
@@ -36,7 +38,7 @@ from vllm.v1.sample.logits_processor import BUILTIN_LOGITS_PROCESSORS, LogitsPro
 from vllm.v1.worker import gpu_model_runner
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-from app.engine.draft_length import draft_limit
+from app.engine.draft_length import CONFIDENCE_ATTRIBUTE, draft_limit
 
 _sample = GPUModelRunner._sample
 
@@ -78,6 +80,18 @@ def _keep_trees_per_tenant(runner: GPUModelRunner) -> None:
 
     if not isinstance(runner.drafter, TenantSuffixDrafter):
         runner.drafter = TenantSuffixDrafter(runner.vllm_config, runner.requests)
+
+
+_take_draft_token_ids = GPUModelRunner.take_draft_token_ids
+
+
+def _take_draft_token_ids_with_confidence(self: GPUModelRunner) -> Any:
+    drafts = _take_draft_token_ids(self)
+    confidence = getattr(self.drafter, "confidence", None)
+    if drafts is not None and isinstance(confidence, dict):
+        # Pickled with the object to the engine core, where the scheduler reads it.
+        setattr(drafts, CONFIDENCE_ATTRIBUTE, [confidence.get(r) for r in drafts.req_ids])
+    return drafts
 
 
 _build_logitsprocs = gpu_model_runner.build_logitsprocs  # type: ignore[attr-defined]
@@ -157,6 +171,7 @@ def install() -> None:
     the saved original."""
     GPUModelRunner._sample = _sample_plainly_without_drafts  # type: ignore[method-assign]
     GPUModelRunner.propose_draft_token_ids = _propose_within_limits  # type: ignore[method-assign]
+    GPUModelRunner.take_draft_token_ids = _take_draft_token_ids_with_confidence  # type: ignore[method-assign]
     gpu_model_runner.build_logitsprocs = _build_with_builtins  # type: ignore[attr-defined]
     if current_platform.is_cpu():
         rejection_sampler.expand_batch_to_tokens = _expand_batch_to_tokens

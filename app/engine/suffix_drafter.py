@@ -61,6 +61,8 @@ class TenantSuffixDrafter(SuffixDecodingProposer):
         # Cached answers, oldest first: request id -> (tenant, tokens).
         self._cached: OrderedDict[str, tuple[str, int]] = OrderedDict()
         self.counts = SuffixCacheCounts()
+        # The last step's drafts' per-token probabilities, by request, for the scheduler.
+        self.confidence: dict[str, list[float]] = {}
 
     def propose(
         self,
@@ -70,6 +72,7 @@ class TenantSuffixDrafter(SuffixDecodingProposer):
         slot_mappings: Any = None,
     ) -> list[list[int]]:
         drafts: list[list[int]] = []
+        self.confidence = {}
         for i, sampled in enumerate(sampled_token_ids):
             request_id = input_batch.req_ids[i]
             if not sampled:  # a prefill still in progress
@@ -104,6 +107,7 @@ class TenantSuffixDrafter(SuffixDecodingProposer):
         )
         if draft.token_ids:
             self.counts.hits += 1
+            self.confidence[request_id] = [float(p) for p in draft.probs]
         return list(draft.token_ids)
 
     def _cache_for(self, request_id: str, batch: InputBatch) -> SuffixDecodingCache:

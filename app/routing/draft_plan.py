@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from app.routing.confidence import ConfidenceCalibration
 from app.routing.goodput import (
     AcceptanceEstimate,
     Candidate,
@@ -42,12 +43,16 @@ class Offer:
     # Its class's acceptance prior: the rule picks 0..available. None: the client fixed the
     # length, and every available draft is verified.
     prior: float | None
+    # The drafter's confidence in each token on offer (suffix trees give one); None: the
+    # request's own acceptance prices every position.
+    confidence: tuple[float, ...] | None = None
 
 
 class DraftPlanner:
     def __init__(self, step_prior: StepCostPrior, fixed_step_cost: bool = False) -> None:
         self.step_cost = StepCost(step_prior, fixed_step_cost)
         self._acceptance: dict[str, AcceptanceEstimate] = {}
+        self.calibration = ConfidenceCalibration()
         self._steps_without_drafts = 0
 
     def lengths(self, offers: Sequence[Offer], sequences: int) -> list[int]:
@@ -58,8 +63,16 @@ class DraftPlanner:
             if estimate is None:
                 prior = FIXED_LENGTH_PRIOR if offer.prior is None else offer.prior
                 estimate = self._acceptance[offer.request_id] = AcceptanceEstimate(prior)
+            positions = None
+            if offer.confidence:
+                positions = self.calibration.positions(offer.confidence[: offer.available])
             candidates.append(
-                Candidate(offer.available, estimate.value, adaptive=offer.prior is not None)
+                Candidate(
+                    offer.available,
+                    estimate.value,
+                    adaptive=offer.prior is not None,
+                    positions=positions,
+                )
             )
         measure = self._steps_without_drafts >= MEASURE_DRAFTING_AFTER_STEPS
         lengths = choose_lengths(candidates, sequences, self.step_cost, at_least=int(measure))
@@ -74,13 +87,19 @@ class DraftPlanner:
         self.step_cost.observe(sequences, tokens, drafting, ms)
 
     def observe_drafts(
-        self, request_id: str, drafts: Sequence[int], produced: Sequence[int]
+        self,
+        request_id: str,
+        drafts: Sequence[int],
+        produced: Sequence[int],
+        confidence: Sequence[float] | None = None,
     ) -> None:
         """A step's outcome for one request: every draft proposed for it (verified or held
-        back) against the tokens the step produced."""
+        back) against the tokens the step produced, with the drafter's confidence in each."""
         found = evidence(drafts, produced)
         if found is not None:
             self.observe_outcome(request_id, *found)
+            if confidence:
+                self.calibration.observe(confidence, *found)
 
     def observe_outcome(self, request_id: str, hits: int, missed: bool) -> None:
         """A step's outcome for one request known only by count: `hits` verified drafts

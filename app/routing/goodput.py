@@ -29,9 +29,12 @@ end to end (burst 1.06 to 0.92), two interleaved repeats. (This measure had lost
 for every request and numba's thread pool: docs/engines.md.)
 
 The acceptance a of each request is its own so far (recent steps weigh most), started from a
-prior the gateway hands over at submission (its class's history). Drafts the rule leaves
-out are still checked against the tokens the step produced, so a request that stopped
-drafting keeps learning whether it should start again.
+prior the gateway hands over at submission (its class's history). A drafter that says how
+sure it is of each token (suffix trees: how often each token followed the matched text)
+gives each position its own chance instead, calibrated against what steps accept
+(app/routing/confidence.py); the k+1-th draft then adds the product of the first k+1.
+Drafts the rule leaves out are still checked against the tokens the step produced, so a
+request that stopped drafting keeps learning whether it should start again.
 """
 
 from __future__ import annotations
@@ -250,6 +253,21 @@ class Candidate:
     acceptance: float
     # True: the rule picks 0..available; False: the client fixed the length (all available).
     adaptive: bool = True
+    # Per draft position on offer, the chance it lands once those before it have (the
+    # drafter's own confidence, calibrated: app/routing/confidence.py); None: `acceptance`
+    # at every position.
+    positions: tuple[float, ...] | None = None
+
+    def gain(self, k: int) -> float:
+        """What verifying draft k+1 adds to the step's expected tokens: the chance that
+        drafts 1..k+1 all land. It never grows with k, which keeps the rule exact."""
+        if self.positions is None or k >= len(self.positions):
+            return float(self.acceptance ** (k + 1))
+        return math.prod(self.positions[: k + 1])
+
+    def expected_tokens(self, k: int) -> float:
+        """Tokens the step yields for this request verifying k drafts."""
+        return 1.0 + sum(self.gain(j) for j in range(k))
 
 
 def choose_lengths(
@@ -275,16 +293,14 @@ def choose_lengths(
     # Sequences without a candidate (a prompt chunk, a request with nothing on offer) yield
     # one token each.
     produced: float = max(sequences, len(candidates)) - len(candidates)
-    produced += sum(
-        expected_tokens(c.acceptance, k) for c, k in zip(candidates, lengths, strict=True)
-    )
+    produced += sum(c.expected_tokens(k) for c, k in zip(candidates, lengths, strict=True))
     best = cost.predict(sequences, tokens, any(lengths)) / produced if at_least <= 0 else math.inf
     best_count = 0
     order: list[int] = []  # the adaptive requests in the order their draft tokens are added
 
     def gain(i: int, k: int) -> float:
         """What request i's draft token k+1 adds to the step's expected tokens."""
-        return float(candidates[i].acceptance ** (k + 1))
+        return candidates[i].gain(k)
 
     added = [0] * len(candidates)
     heap = [(-gain(i, 0), i) for i, c in enumerate(candidates) if c.adaptive and c.available]

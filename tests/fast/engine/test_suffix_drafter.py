@@ -4,13 +4,22 @@ Starts no engine."""
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import pytest
+from vllm.v1.outputs import DraftTokenIds
 
-from app.engine.draft_length import CACHE_TOKENS_KEY, DRAFT_LENGTH_KEY, TENANT_KEY
+from app.engine import draft_worker
+from app.engine.draft_length import (
+    CACHE_TOKENS_KEY,
+    CONFIDENCE_ATTRIBUTE,
+    DRAFT_LENGTH_KEY,
+    TENANT_KEY,
+)
 from app.engine.suffix_drafter import TenantSuffixDrafter
 
 K = 8
@@ -168,3 +177,20 @@ def test_no_earlier_answers_are_kept_when_vllm_s_bound_is_zero() -> None:
     answer(run, "a1", "key:a")
     assert first_draft(run, "a2", "key:a") == []
     assert run.drafter.counts.cached_answers == 0
+
+
+def test_each_draft_carries_the_drafter_s_confidence_to_the_scheduler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = runner()
+    answer(run, "a1", "key:a")
+    draft = first_draft(run, "a2", "key:a")
+    confidence = run.drafter.confidence["a2"]
+    assert len(confidence) == len(draft) and all(0 < p <= 1 for p in confidence)
+    # What the worker hands the engine core: vLLM's DraftTokenIds, pickled across processes.
+    taken = DraftTokenIds(["a2"], [draft])
+    monkeypatch.setattr(draft_worker, "_take_draft_token_ids", lambda runner: taken)
+    runner_like = SimpleNamespace(drafter=run.drafter)
+    handed = draft_worker._take_draft_token_ids_with_confidence(runner_like)  # type: ignore[arg-type]
+    received = pickle.loads(pickle.dumps(handed))
+    assert getattr(received, CONFIDENCE_ATTRIBUTE) == [confidence]

@@ -28,10 +28,19 @@ def time_per_token(
 ) -> float:
     """What the rule minimises: the step's time over the tokens the batch expects from it."""
     step = cost.predict(sequences, sequences + sum(lengths), any(lengths))
-    produced = sum(
-        expected_tokens(c.acceptance, k) for c, k in zip(candidates, lengths, strict=True)
-    )
+    produced = sum(yielded(c, k) for c, k in zip(candidates, lengths, strict=True))
     return step / (produced + sequences - len(candidates))
+
+
+def yielded(candidate: Candidate, k: int) -> float:
+    """Expected tokens from verifying k drafts: the bonus token, plus each draft that lands
+    with all those before it (its position's own chance where the candidate has them)."""
+    chances = candidate.positions or (candidate.acceptance,) * k
+    total, landed = 1.0, 1.0
+    for chance in chances[:k]:
+        landed *= chance
+        total += landed
+    return total
 
 
 def test_expected_tokens_is_the_geometric_sum() -> None:
@@ -114,10 +123,14 @@ def test_the_lengths_minimise_the_batchs_time_per_token() -> None:
     ]
     for _ in range(200):
         cost = StepCost(rng.choice(priors))
-        candidates = [
-            Candidate(rng.randint(0, 3), rng.random(), adaptive=rng.random() < 0.8)
-            for _ in range(rng.randint(1, 3))
-        ]
+        candidates = []
+        for _ in range(rng.randint(1, 3)):
+            available = rng.randint(0, 3)
+            # Half with a chance per position, as a confident drafter's calibrated drafts.
+            chances = tuple(rng.random() for _ in range(available))
+            positions = chances if rng.random() < 0.5 else None
+            adaptive = rng.random() < 0.8
+            candidates.append(Candidate(available, rng.random(), adaptive, positions))
         sequences = len(candidates) + rng.randint(0, 6)
         chosen = choose_lengths(candidates, sequences, cost)
         options = [range(c.available + 1) if c.adaptive else (c.available,) for c in candidates]
@@ -222,3 +235,20 @@ def test_a_negative_price_per_sequence_moves_to_the_drafting_term() -> None:
     assert cost.predict(8, 16, True) == pytest.approx(10 - 16 + 1.6 + 20)
     assert cost.predict(8, 16, False) == pytest.approx(10 + 1.6)
     assert cost.drafting_ms(8) == pytest.approx(4.0)
+
+
+def test_a_draft_is_cut_where_the_drafter_loses_confidence() -> None:
+    cost = StepCost(CPU_STEP_PRIOR)
+    # Sure of two tokens, then a guess: the guess and all after it wait for a later step.
+    confident = Candidate(5, 0.78, positions=(0.95, 0.95, 0.1, 0.95, 0.95))
+    assert choose_lengths([confident], sequences=1, cost=cost) == [2]
+    # One chance for every position (their mean) would verify all five.
+    assert choose_lengths([Candidate(5, 0.78)], sequences=1, cost=cost) == [5]
+
+
+def test_a_confident_newcomer_outbids_a_request_with_a_better_record() -> None:
+    cost = StepCost(CPU_STEP_PRIOR)
+    record = Candidate(4, 0.6)  # its drafts have landed three times in five
+    sure = Candidate(4, 0.3, positions=(0.98, 0.97, 0.97, 0.96))
+    record_length, sure_length = choose_lengths([record, sure], sequences=12, cost=cost)
+    assert sure_length == 4 and record_length < 4
