@@ -49,8 +49,9 @@ STEP_COST_KEY = "specgate_step_cost"
 TENANT_KEY = "specgate_tenant"
 CACHE_TOKENS_KEY = "specgate_suffix_cache_tokens"
 # On vLLM's DraftTokenIds from the worker: per request, the drafter's probability for each
-# draft token (a list), or None.
+# draft token and the length of the match the draft came from (a list and an int), or None.
 CONFIDENCE_ATTRIBUTE = "specgate_confidence"
+Confidence = tuple[list[float], int]
 # How often the engine core logs its learned step-cost line (steps).
 STEP_COST_LOG_EVERY = 500
 # A file to append every step's shape and time to, as JSON lines (for profiling).
@@ -92,8 +93,8 @@ class DraftLengthScheduler(Scheduler):
         super().__init__(vllm_config, *args, **kwargs)
         self.planner = platform_planner(vllm_config.additional_config)
         # Per request, every token proposed for the coming step, verified or held back, and
-        # the drafter's confidence in each where it gives one.
-        self._proposed: dict[str, tuple[list[int], list[float] | None]] = {}
+        # the drafter's confidence in each (and its match's length) where it gives one.
+        self._proposed: dict[str, tuple[list[int], Confidence | None]] = {}
         self._step_started: tuple[float, int, int, bool] | None = None
         self._trace: dict[str, int] = {}
 
@@ -132,12 +133,12 @@ class DraftLengthScheduler(Scheduler):
             step_cost = self.planner.step_cost
             if step_cost.samples % STEP_COST_LOG_EVERY == 0:
                 logger.info(
-                    "step cost line: %s; drafter confidence calibrated (chance, observations"
-                    " per tenth of probability): %s",
+                    "step cost line: %s; drafter confidence calibrated (per range of match"
+                    " lengths, per tenth of probability: chance, observations): %s",
                     step_cost.snapshot(),
                     [
-                        (round(chance, 3), round(seen))
-                        for chance, seen in self.planner.calibration.snapshot()
+                        [(round(chance, 3), round(seen)) for chance, seen in cells]
+                        for cells in self.planner.calibration.snapshot()
                     ],
                 )
         self._learn_acceptance(model_runner_output)
@@ -150,7 +151,8 @@ class DraftLengthScheduler(Scheduler):
             position = index.get(request_id)
             if position is not None and position < len(sampled):
                 produced = list(sampled[position])
-                self.planner.observe_drafts(request_id, proposed, produced, confidence)
+                probabilities, match = confidence if confidence else (None, 0)
+                self.planner.observe_drafts(request_id, proposed, produced, probabilities, match)
         self._proposed = {}
 
     def update_draft_token_ids(self, draft_token_ids: DraftTokenIds) -> None:
@@ -166,14 +168,20 @@ class DraftLengthScheduler(Scheduler):
                 continue
             extra_args = request.sampling_params.extra_args
             offered = proposals[i][: draft_limit(extra_args, k)]
-            confidence = confidences[i] if confidences and confidences[i] else None
+            confidence: Confidence | None = None
+            if confidences and confidences[i]:
+                probabilities, match = confidences[i]
+                confidence = (list(probabilities), int(match))
             if proposals[i] and not request.is_prefill_chunk:
                 self._proposed[request_id] = (list(proposals[i]), confidence)
             chosen.append((i, offered))
-            offered_confidence = tuple(confidence[: len(offered)]) if confidence else None
-            offers.append(
-                Offer(request_id, len(offered), acceptance_prior(extra_args), offered_confidence)
-            )
+            prior = acceptance_prior(extra_args)
+            if confidence is None:
+                offers.append(Offer(request_id, len(offered), prior))
+            else:
+                probabilities, match = confidence
+                sure = tuple(probabilities[: len(offered)])
+                offers.append(Offer(request_id, len(offered), prior, sure, match))
         lengths = self.planner.lengths(offers, len(self.running))
         for (i, offered), length in zip(chosen, lengths, strict=True):
             proposals[i] = offered[:length]

@@ -61,8 +61,9 @@ class TenantSuffixDrafter(SuffixDecodingProposer):
         # Cached answers, oldest first: request id -> (tenant, tokens).
         self._cached: OrderedDict[str, tuple[str, int]] = OrderedDict()
         self.counts = SuffixCacheCounts()
-        # The last step's drafts' per-token probabilities, by request, for the scheduler.
-        self.confidence: dict[str, list[float]] = {}
+        # The last step's drafts' per-token probabilities and match lengths, by request, for
+        # the scheduler.
+        self.confidence: dict[str, tuple[list[float], int]] = {}
 
     def propose(
         self,
@@ -107,7 +108,7 @@ class TenantSuffixDrafter(SuffixDecodingProposer):
         )
         if draft.token_ids:
             self.counts.hits += 1
-            self.confidence[request_id] = [float(p) for p in draft.probs]
+            self.confidence[request_id] = ([float(p) for p in draft.probs], int(draft.match_len))
         return list(draft.token_ids)
 
     def _cache_for(self, request_id: str, batch: InputBatch) -> SuffixDecodingCache:

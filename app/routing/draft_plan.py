@@ -43,9 +43,11 @@ class Offer:
     # Its class's acceptance prior: the rule picks 0..available. None: the client fixed the
     # length, and every available draft is verified.
     prior: float | None
-    # The drafter's confidence in each token on offer (suffix trees give one); None: the
-    # request's own acceptance prices every position.
+    # The drafter's confidence in each token on offer (suffix trees give one), and the length
+    # of the match the draft came from; None: the request's own acceptance prices every
+    # position.
     confidence: tuple[float, ...] | None = None
+    match_length: int = 0
 
 
 class DraftPlanner:
@@ -65,7 +67,8 @@ class DraftPlanner:
                 estimate = self._acceptance[offer.request_id] = AcceptanceEstimate(prior)
             positions = None
             if offer.confidence:
-                positions = self.calibration.positions(offer.confidence[: offer.available])
+                offered = offer.confidence[: offer.available]
+                positions = self.calibration.positions(offered, offer.match_length)
             candidates.append(
                 Candidate(
                     offer.available,
@@ -92,14 +95,16 @@ class DraftPlanner:
         drafts: Sequence[int],
         produced: Sequence[int],
         confidence: Sequence[float] | None = None,
+        match_length: int = 0,
     ) -> None:
         """A step's outcome for one request: every draft proposed for it (verified or held
-        back) against the tokens the step produced, with the drafter's confidence in each."""
+        back) against the tokens the step produced, with the drafter's confidence in each
+        and the length of the match they came from."""
         found = evidence(drafts, produced)
         if found is not None:
             self.observe_outcome(request_id, *found)
             if confidence:
-                self.calibration.observe(confidence, *found)
+                self.calibration.observe(confidence, *found, match_length)
 
     def observe_outcome(self, request_id: str, hits: int, missed: bool) -> None:
         """A step's outcome for one request known only by count: `hits` verified drafts

@@ -186,7 +186,9 @@ def test_each_draft_carries_the_drafter_s_confidence_to_the_scheduler(
     answer(run, "a1", "key:a")
     draft = first_draft(run, "a2", "key:a")
     confidence = run.drafter.confidence["a2"]
-    assert len(confidence) == len(draft) and all(0 < p <= 1 for p in confidence)
+    probabilities, match = confidence
+    assert len(probabilities) == len(draft) and all(0 < p <= 1 for p in probabilities)
+    assert match >= SEEN  # the answer's first tokens matched the earlier answer
     # What the worker hands the engine core: vLLM's DraftTokenIds, pickled across processes.
     taken = DraftTokenIds(["a2"], [draft])
     monkeypatch.setattr(draft_worker, "_take_draft_token_ids", lambda runner: taken)

@@ -12,7 +12,7 @@ from app.routing.goodput import CPU_STEP_PRIOR
 
 def test_a_fresh_table_takes_the_drafter_at_its_word() -> None:
     table = ConfidenceCalibration()
-    assert table.value(0.93) == pytest.approx(0.95)  # its bin's midpoint
+    assert table.value(0.93) == pytest.approx(0.95)  # its tenth's midpoint
     assert table.value(0.12) == pytest.approx(0.15)
     assert table.value(1.0) == pytest.approx(0.95)
 
@@ -29,7 +29,7 @@ def test_confident_tokens_that_miss_lose_their_confidence() -> None:
     for _ in range(100):
         table.observe([0.95, 0.95, 0.95], hits=0, missed=True)
     assert table.value(0.95) < 0.1
-    assert table.value(0.45) == pytest.approx(0.45)  # other bins are untouched
+    assert table.value(0.45) == pytest.approx(0.45)  # other cells are untouched
 
 
 def test_positions_after_the_first_miss_are_not_counted() -> None:
@@ -65,3 +65,24 @@ def test_without_confidence_the_request_s_own_acceptance_prices_every_position()
     assert planner.lengths([Offer("r", 4, 0.9)], sequences=1) == [4]
     planner.observe_drafts("r", [1, 2], [5])  # no confidence: the table learns nothing
     assert planner.calibration.snapshot() == ConfidenceCalibration().snapshot()
+
+
+def test_a_long_match_is_calibrated_apart_from_a_short_one() -> None:
+    table = ConfidenceCalibration()
+    for _ in range(100):
+        # Probability 1 from a two-token match in the prompt: often wrong.
+        table.observe([1.0, 1.0], hits=0, missed=True, match_length=2)
+        # Probability 1 from a forty-token match in an earlier answer: nearly always right.
+        table.observe([1.0, 1.0], hits=2, missed=False, match_length=40)
+    assert table.value(1.0, match_length=2) < 0.1
+    assert table.value(1.0, match_length=40) == MOST_LIKELY
+    assert table.value(1.0, match_length=8) == pytest.approx(0.95)  # not yet seen
+
+
+def test_the_planner_learns_per_match_length() -> None:
+    planner = DraftPlanner(CPU_STEP_PRIOR, fixed_step_cost=True)
+    for _ in range(200):
+        planner.observe_drafts("r", [1, 2], [9], confidence=[1.0, 1.0], match_length=1)
+    sure = (1.0, 1.0, 1.0, 1.0)
+    assert planner.lengths([Offer("r", 4, 0.9, sure, match_length=1)], sequences=1) == [0]
+    assert planner.lengths([Offer("r", 4, 0.9, sure, match_length=30)], sequences=1) == [4]
