@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import astuple
 from pathlib import Path
 
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from app.embedded_model import MODEL_NAME
+from app.routing.goodput import CPU_STEP_PRIOR
 from app.settings import Settings
 from tests.engine.server import ServerProcess, package_server
 
@@ -19,6 +21,11 @@ ADMISSION_ARGS = [
     "--max-queued-requests",
     str(MAX_QUEUED),
 ]
+
+# --draft-step-cost holding the CPU prior's step-cost line: what `auto` drafts then depends
+# on acceptance and the batch alone, not on how busy the machine is (a line learned on a
+# machine that others' work slows made a poem draft half its replay there).
+HELD_CPU_STEP_COST = ("--draft-step-cost", ",".join(str(t) for t in astuple(CPU_STEP_PRIOR)))
 
 
 # Package scope: the server stops when tests/engine ends, before tests/draft_model starts

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import astuple
 
 import pytest
 from openai import OpenAI
 
-from app.routing.goodput import CPU_STEP_PRIOR
-from tests.engine.conftest import model_dir
+from tests.engine.conftest import HELD_CPU_STEP_COST, model_dir
 from tests.engine.server import ServerProcess, package_server
 
 __all__ = ["model_dir"]
@@ -22,14 +20,12 @@ KEYS = ("sk-tenant-a", "sk-tenant-b")
 @pytest.fixture(scope="package")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("server_suffix") / "specgate.log"
-    # The CPU prior's step-cost line, held: what `auto` drafts here depends on the drafter's
-    # confidence and the batch alone, not on how busy the machine is (tests/engine_one too).
-    step_cost = ",".join(str(term) for term in astuple(CPU_STEP_PRIOR))
+    # The line is held: what `auto` drafts here depends on the drafter's confidence.
     args = [
         "--engine-layout", "one",
         "--speculative-config", json.dumps({"method": "suffix", "num_speculative_tokens": 8}),
         "--routing-exploration", "0",
-        "--draft-step-cost", step_cost,
+        *HELD_CPU_STEP_COST,
         "--api-key", ",".join(KEYS),
     ]  # fmt: skip
     with package_server(args, log) as process:
