@@ -168,20 +168,16 @@ class DraftLengthScheduler(Scheduler):
                 continue
             extra_args = request.sampling_params.extra_args
             offered = proposals[i][: draft_limit(extra_args, k)]
-            confidence: Confidence | None = None
-            if confidences and confidences[i]:
-                probabilities, match = confidences[i]
-                confidence = (list(probabilities), int(match))
+            confidence: Confidence | None = confidences[i] if confidences else None
             if proposals[i] and not request.is_prefill_chunk:
                 self._proposed[request_id] = (list(proposals[i]), confidence)
             chosen.append((i, offered))
+            # The planner reads the probabilities of the tokens on offer only.
+            probabilities, match = confidence or ((), 0)
             prior = acceptance_prior(extra_args)
-            if confidence is None:
-                offers.append(Offer(request_id, len(offered), prior))
-            else:
-                probabilities, match = confidence
-                sure = tuple(probabilities[: len(offered)])
-                offers.append(Offer(request_id, len(offered), prior, sure, match))
+            offers.append(
+                Offer(request_id, len(offered), prior, tuple(probabilities) or None, match)
+            )
         lengths = self.planner.lengths(offers, len(self.running))
         for (i, offered), length in zip(chosen, lengths, strict=True):
             proposals[i] = offered[:length]

@@ -87,8 +87,11 @@ _take_draft_token_ids = GPUModelRunner.take_draft_token_ids
 
 def _take_draft_token_ids_with_confidence(self: GPUModelRunner) -> Any:
     drafts = _take_draft_token_ids(self)
-    confidence = getattr(self.drafter, "confidence", None)
-    if drafts is not None and isinstance(confidence, dict):
+    if drafts is None:
+        return None
+    # Only specgate's suffix drafter keeps the last step's confidence (suffix_drafter.py).
+    confidence = getattr(getattr(self, "drafter", None), "confidence", None)
+    if isinstance(confidence, dict):
         # Pickled with the object to the engine core, where the scheduler reads it.
         setattr(drafts, CONFIDENCE_ATTRIBUTE, [confidence.get(r) for r in drafts.req_ids])
     return drafts

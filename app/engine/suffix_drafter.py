@@ -28,7 +28,7 @@ from vllm.config import VllmConfig
 from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
 from vllm.v1.worker.gpu_input_batch import InputBatch
 
-from app.engine.draft_length import CACHE_TOKENS_KEY, TENANT_KEY, draft_limit
+from app.engine.draft_length import CACHE_TOKENS_KEY, TENANT_KEY, Confidence, draft_limit
 from app.engine.types import SuffixCacheCounts
 
 # Answers' tokens the trees may hold, all tenants together, when the engine is given no bound
@@ -63,7 +63,7 @@ class TenantSuffixDrafter(SuffixDecodingProposer):
         self.counts = SuffixCacheCounts()
         # The last step's drafts' per-token probabilities and match lengths, by request, for
         # the scheduler.
-        self.confidence: dict[str, tuple[list[float], int]] = {}
+        self.confidence: dict[str, Confidence] = {}
 
     def propose(
         self,
