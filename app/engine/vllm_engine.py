@@ -263,7 +263,7 @@ class VllmEngine(StopsOnExit):
         answers = await self._running().collective_rpc("suffix_cache_counts")
         # One answer per worker (tensor-parallel rank): the first rank's speaks for the engine.
         first = answers[0] if answers else None
-        return first if isinstance(first, SuffixCacheCounts) else None
+        return SuffixCacheCounts(**first) if isinstance(first, dict) else None
 
     async def aclose(self) -> None:
         if self._llm is None:

@@ -11,7 +11,7 @@ module's import installs the worker's changes, and nothing else imports it:
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict
 from typing import Any
 
 from app.engine import cpu_kernels, draft_worker
@@ -27,7 +27,9 @@ class WorkerExtension:
 
     model_runner: Any
 
-    def suffix_cache_counts(self) -> SuffixCacheCounts | None:
-        """The suffix drafter's counts, or None where the engine drafts otherwise."""
+    def suffix_cache_counts(self) -> dict[str, int] | None:
+        """The suffix drafter's counts, or None where the engine drafts otherwise. A plain
+        dict: the engine core passes answers on to the gateway with msgpack, which turns a
+        dataclass into something else."""
         counts = getattr(getattr(self.model_runner, "drafter", None), "counts", None)
-        return replace(counts) if isinstance(counts, SuffixCacheCounts) else None
+        return asdict(counts) if isinstance(counts, SuffixCacheCounts) else None

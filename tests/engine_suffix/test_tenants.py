@@ -57,3 +57,16 @@ def test_a_shared_salt_shares_answers_across_keys(server: ServerProcess) -> None
     _, first = greedy(tenant_a, "on", **salt)
     _, other = greedy(tenant_b, "on", **salt)
     assert other["accepted_tokens"] > first["accepted_tokens"], (first, other)
+
+
+def test_metrics_report_the_worker_s_trees(server: ServerProcess) -> None:
+    # Earlier tests of the package wrote answers for two keys and one salt: the engine's
+    # worker holds them, and /metrics asks it (collective_rpc) on every scrape.
+    greedy(client_for(server, KEYS[0]), "on")
+    assert server.metric("specgate_suffix_cache_answers") >= 1
+    assert server.metric("specgate_suffix_cache_tokens") >= TOKENS
+    assert server.metric("specgate_suffix_cache_tenants") >= 1
+    assert server.metric("specgate_suffix_cache_hits_total") >= 1
+    assert server.metric("specgate_suffix_cache_proposals_total") >= server.metric(
+        "specgate_suffix_cache_hits_total"
+    )
