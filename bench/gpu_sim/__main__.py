@@ -64,7 +64,7 @@ def run_machine(machine: Machine, scale: float, seed: int, quick: bool) -> dict[
                 arm = make_arm()
                 maker = RequestMaker(machine.method, seed, mix)
                 arrivals, follow, phase_of = phase_traffic(phases, maker)
-                simulation = Simulation(engine, arm)
+                simulation = Simulation(arm.setup, arm)
                 simulation.run(arrivals, follow)
                 results[arm_name] = by_phase(simulation.finished, phase_of)
                 results[arm_name]["engine"] = {

@@ -13,9 +13,10 @@ drafts they verify at each step.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
-METHODS = ("ngram", "draft_model", "eagle")
+METHODS = ("ngram", "draft_model", "eagle", "suffix")
 CLASSES = ("code", "json", "edit", "chat", "creative")
 
 
@@ -74,6 +75,22 @@ CLASS_ACCEPTANCE: dict[str, dict[str, Acceptance]] = {
         "chat": Acceptance(after_hit=0.77, after_miss=0.77),
         "creative": Acceptance(after_hit=0.62, after_miss=0.62),
     },
+    # - suffix: suffix trees over the prompt and earlier answers (arctic-inference 0.3.0, as
+    #   vLLM 0.32's `method: "suffix"` runs it). This project measured vLLM's suffix arm on
+    #   its agent-shaped traffic (bench/agent_traffic.py, SmolLM2-135M on a CPU, greedy):
+    #   positions landed 0.52, 0.31, 0.21, 0.17, 0.15, 0.11, ... unconditionally (about 0.52
+    #   first, then 0.6-0.9 given the one before), mean acceptance length 2.95. SuffixDecoding
+    #   (Oliaro et al., NeurIPS 2025) reports up to 5.3x on AgenticSQL and 1.4-3.9x over
+    #   prompt lookup on SWE-Bench, and about prompt lookup's speed on Spec-Bench's open-ended
+    #   tasks: proposals where the trees match more often than n-gram's, and long runs where
+    #   answers repeat. The per-class values are assumptions set from those.
+    "suffix": {
+        "code": Acceptance(after_hit=0.8, after_miss=0.35, proposes=0.6),
+        "json": Acceptance(after_hit=0.88, after_miss=0.5, proposes=0.8),
+        "edit": Acceptance(after_hit=0.93, after_miss=0.75, proposes=0.9),
+        "chat": Acceptance(after_hit=0.7, after_miss=0.25, proposes=0.4),
+        "creative": Acceptance(after_hit=0.55, after_miss=0.1, proposes=0.2),
+    },
 }
 # An answer that changes character part-way: fresh text first, then a copy of the context
 # (a reply that explains, then quotes the edited file). Assumed, not measured.
@@ -81,7 +98,21 @@ COPYING = {
     "ngram": Acceptance(after_hit=0.95, after_miss=0.85, proposes=0.95),
     "eagle": Acceptance(after_hit=0.9, after_miss=0.9),
     "draft_model": Acceptance(after_hit=0.93, after_miss=0.93),
+    "suffix": Acceptance(after_hit=0.95, after_miss=0.8, proposes=0.95),
 }
+# The share of each class's answers that repeat an earlier answer nearly whole (an agent's
+# next record in the same shape, a tool loop's next call, a file returned again): the global
+# tree drafts them from the first token. Only a suffix drafter sees earlier answers. Assumed:
+# SuffixDecoding's agentic traces are where such repeats are common; chat and creative
+# answers rarely repeat.
+REPEATS = {"code": 0.3, "json": 0.5, "edit": 0.5, "chat": 0.1, "creative": 0.0}
+REPEATING = Acceptance(after_hit=0.97, after_miss=0.7, proposes=0.98)
+
+# Tokens of the context a draft's match starts with where the trees match at all (the
+# shortest pattern that finds a continuation): an assumption.
+SUFFIX_MATCH_START = 2
+# The longest match the patterns record: the deepest trees any arm builds.
+SUFFIX_MATCH_MAX = 64
 # Requests differ within a class: each draws its own chance around the class's (a beta of
 # this many pseudo-observations).
 SPREAD = 12.0
@@ -109,6 +140,11 @@ class DraftPattern:
     # The true per-position acceptance of the answer's phase at each position, given a
     # proposal: what the oracle knows.
     chance: tuple[float, ...]
+    # A suffix drafter's view per position: the length of the match a draft from there comes
+    # from (what bounds how far its trees draft), and its probability for the token there.
+    # None for the other drafters, which offer the engine's K wherever they propose.
+    match: tuple[int, ...] | None = None
+    confidence: tuple[float, ...] | None = None
 
     def run_length(self, start: int, limit: int) -> int:
         """How many drafts in a row land from position `start`, at most `limit`."""
@@ -117,9 +153,22 @@ class DraftPattern:
             length += 1
         return length
 
-    def available(self, start: int, k: int) -> int:
-        """Drafts the drafter offers at `start` (n-gram: none where it finds no match)."""
-        return k if start < len(self.proposed) and self.proposed[start] else 0
+    def available(self, start: int, k: int, longest: Callable[[int], int] | None = None) -> int:
+        """Drafts the drafter offers at `start` (n-gram: none where it finds no match); a
+        suffix drafter's are bounded by `longest` of the match there."""
+        if start >= len(self.proposed) or not self.proposed[start]:
+            return 0
+        if self.match is None or longest is None:
+            return k
+        return min(k, longest(self.match[start]))
+
+    def offered_confidence(self, start: int, count: int) -> tuple[float, ...] | None:
+        if self.confidence is None:
+            return None
+        return self.confidence[start : start + count]
+
+    def match_at(self, start: int) -> int:
+        return 0 if self.match is None or start >= len(self.match) else self.match[start]
 
 
 def draw_pattern(
@@ -136,3 +185,25 @@ def draw_pattern(
         proposed.append(rng.random() < phase.proposes)
         chance.append(phase.mean)
     return DraftPattern(tuple(lands), tuple(proposed), tuple(chance))
+
+
+def with_suffix_drafts(
+    rng: random.Random, pattern: DraftPattern, phases: list[tuple[int, Acceptance]]
+) -> DraftPattern:
+    """`pattern` as a suffix drafter offers it. The match grows along a run of landed
+    positions (the answer keeps following earlier text) and starts over after a miss; the
+    drafter's probability for a token scatters around its phase's chance after a hit (its
+    frequency counts know the text, not the target model)."""
+    match, confidence, offered = [], [], []
+    run = 0
+    for position, proposed in enumerate(pattern.proposed):
+        phase = [acceptance for start, acceptance in phases if start <= position][-1]
+        # Text that has been following earlier text still matches it.
+        proposed = proposed or run > 0
+        offered.append(proposed)
+        match.append(min(run + SUFFIX_MATCH_START, SUFFIX_MATCH_MAX) if proposed else 0)
+        confidence.append(_jitter(rng, phase.after_hit))
+        run = run + 1 if pattern.lands[position] else 0
+    return DraftPattern(
+        pattern.lands, tuple(offered), pattern.chance, tuple(match), tuple(confidence)
+    )

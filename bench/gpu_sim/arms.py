@@ -126,8 +126,17 @@ class Specgate(_Lengths):
             prior = self._prior[request.request_id]
             if prior is None:  # routed plain: never drafts
                 planned.append(Offer(request.request_id, 0, 0.0))
-            else:
-                planned.append(Offer(request.request_id, offer, prior))
+                continue
+            pattern, start = request.pattern, request.generated
+            planned.append(
+                Offer(
+                    request.request_id,
+                    offer,
+                    prior,
+                    confidence=pattern.offered_confidence(start, offer),
+                    match_length=pattern.match_at(start),
+                )
+            )
         return self.planner.lengths(planned, len(decoding))
 
     def draft_steps(self, decoding: Sequence[SimRequest], lengths: Sequence[int]) -> list[int]:
@@ -149,11 +158,19 @@ class Specgate(_Lengths):
             produced_tokens = [0] * produced
             if lands < produced:
                 produced_tokens[lands] = 1
-            self.planner.observe_drafts(request.request_id, drafts, produced_tokens)
+            # The engine has moved past this step's tokens; the drafts started before them.
+            start = request.generated - produced
+            self.planner.observe_drafts(
+                request.request_id,
+                drafts,
+                produced_tokens,
+                request.pattern.offered_confidence(start, offered),
+                request.pattern.match_at(start),
+            )
         # What the gateway learns the class from: an n-gram engine's draft replay replays
         # drafting every step; a model drafter reports what was verified.
         replay = self._replay[request.request_id]
-        if self.setup.drafter.method == "ngram":
+        if self.setup.drafter.method in ("ngram", "suffix"):
             step = SpecDecodeStats(1 if offered else 0, offered, min(lands, offered))
         else:
             step = SpecDecodeStats(1 if verified else 0, verified, min(lands, verified))

@@ -36,6 +36,9 @@ GPU_MEMORY_UTILIZATION = 0.9
 HOST_MS_PER_STEP = 1.2
 # vLLM's n-gram proposer runs on the host for every running request; an assumption.
 NGRAM_MS_PER_SEQUENCE = 0.01
+# arctic-inference's suffix trees, also on the host: a match, a draft and an update per
+# running request each step; an assumption (its trees are C++, the loop around them Python).
+SUFFIX_MS_PER_SEQUENCE = 0.05
 
 
 class Pricer(Protocol):
@@ -56,12 +59,44 @@ class Drafter(Protocol):
         ...
 
 
+def draft_bound(drafter: Drafter) -> Callable[[int], int] | None:
+    """How far a drafter drafts from a match of a given length (suffix trees); None: as far
+    as the engine's K."""
+    return drafter.longest if isinstance(drafter, SuffixDrafter) else None
+
+
 @dataclass
 class NgramDrafter:
     method: str = "ngram"
 
     def ms(self, draft_steps: Sequence[int], context: int) -> float:
         return NGRAM_MS_PER_SEQUENCE * sum(1 for s in draft_steps if s)
+
+
+@dataclass
+class SuffixDrafter:
+    """arctic-inference's suffix trees as vLLM 0.32 configures them: they hold at most
+    `depth` tokens of match plus draft, and a draft is at most `factor` times its match
+    (`suffix_decoding_max_tree_depth`, `..._max_spec_factor`; vLLM's defaults 24 and 1)."""
+
+    depth: int = 24
+    factor: float = 1.0
+    method: str = "suffix"
+
+    def ms(self, draft_steps: Sequence[int], context: int) -> float:
+        return SUFFIX_MS_PER_SEQUENCE * len(draft_steps)
+
+    def longest(self, match: int) -> int:
+        """The longest draft from a match of `match` tokens: the trees try every shorter
+        match too and keep the best, min(factor * m, depth - m) at its best m (12 with
+        vLLM's defaults)."""
+        return max(
+            (
+                min(int(self.factor * m), self.depth - m)
+                for m in range(1, min(match, self.depth) + 1)
+            ),
+            default=0,
+        )
 
 
 @dataclass
@@ -103,6 +138,7 @@ class EngineSetup:
 
 class Arm(Protocol):
     name: str
+    setup: EngineSetup  # the engine it runs on (its drafter's settings included)
 
     def admit(self, request: SimRequest, in_flight: int) -> None: ...
 
@@ -173,7 +209,8 @@ class Simulation:
                 running.append(request)
             decoding = [r for r in running if r.first_token_s is not None]
             prefilling = [r for r in running if r.first_token_s is None]
-            offers = [r.pattern.available(r.generated, setup.k) for r in decoding]
+            bound = draft_bound(setup.drafter)
+            offers = [r.pattern.available(r.generated, setup.k, bound) for r in decoding]
             lengths = arm.lengths(decoding, offers) if decoding else []
             tokens = len(decoding) + sum(lengths)
             context = sum(r.context for r in decoding) // len(decoding) if decoding else 0

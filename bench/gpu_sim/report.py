@@ -7,8 +7,13 @@ from typing import Any
 
 FIXED = [f"k{k}" for k in range(1, 6)]
 SPECGATE_ARMS = ("specgate", "specgate-sized")
+# vLLM's suffix arms, on the machines whose drafter is a suffix tree (bench/gpu_sim/scenarios.py).
+SUFFIX_ARMS = ("suffix-defaults", "suffix-deep")
 AIM_BELOW_STATIC = 0.85
 AIM_ORACLE = 1.05
+# Issue 31: specgate over suffix trees against vLLM's suffix defaults, from this load up.
+AIM_BELOW_SUFFIX_DEFAULTS = 0.85
+SUFFIX_AIM_FROM = 32
 
 
 def _figure(runs: dict[str, Any], arm: str, phase: str, key: str) -> float:
@@ -66,6 +71,15 @@ def aims(results: dict[str, Any]) -> dict[str, Any]:
                 "steady_vs_oracle_worst": max(steady_vs_oracle.values()),
                 "steady_vs_no_spec": steady_vs_none,
             }
+            if SUFFIX_ARMS[0] in changing:
+                out[f"{name}/{arm}"]["steady_vs_suffix_defaults"] = {
+                    s: _ratio(r, arm, SUFFIX_ARMS[0]) for s, r in steady.items()
+                }
+                out[f"{name}/{arm}"]["suffix_defaults_worst_from_32"] = max(
+                    _ratio(r, arm, SUFFIX_ARMS[0])
+                    for s, r in steady.items()
+                    if int(s.removeprefix("steady-c")) >= SUFFIX_AIM_FROM
+                )
     return out
 
 
@@ -99,7 +113,8 @@ def markdown(results: dict[str, Any]) -> str:
         scenarios = machine["scenarios"]
         changing = scenarios["changing"]
         _, best_k, best_table = _peers(changing)
-        shown = ["no-spec", best_k, best_table, "oracle", *SPECGATE_ARMS]
+        suffix = [arm for arm in SUFFIX_ARMS if arm in changing]
+        shown = ["no-spec", best_k, best_table, *suffix, "oracle", *SPECGATE_ARMS]
         lines += [
             f"## {name} (SIMULATED)",
             "",
@@ -142,7 +157,7 @@ def markdown(results: dict[str, Any]) -> str:
                 _row(["e2e mean", *[upper[a]["all"]["e2e_mean_s"] for a in shown]]),
             ]
         steady = {s: r for s, r in scenarios.items() if s.startswith(("steady-", "mix-"))}
-        columns = ["no-spec", *FIXED, "best table", "oracle", *SPECGATE_ARMS]
+        columns = ["no-spec", *FIXED, "best table", *suffix, "oracle", *SPECGATE_ARMS]
         lines += [
             "",
             "Steady load (closed loop) and single-class mixes at c=16: e2e mean s.",
@@ -155,7 +170,7 @@ def markdown(results: dict[str, Any]) -> str:
             table = _best(runs, _tables(runs), p)
             cells = [runs[a][p]["e2e_mean_s"] for a in ["no-spec", *FIXED]]
             cells.append(f"{runs[table][p]['e2e_mean_s']} ({table})")
-            cells += [runs[a][p]["e2e_mean_s"] for a in ["oracle", *SPECGATE_ARMS]]
+            cells += [runs[a][p]["e2e_mean_s"] for a in [*suffix, "oracle", *SPECGATE_ARMS]]
             lines.append(_row([scenario, *cells]))
         lines += [
             "",
@@ -200,6 +215,25 @@ def markdown(results: dict[str, Any]) -> str:
                 ]
             )
         )
+    suffix_aims = {
+        key: aim for key, aim in results["aims"].items() if "steady_vs_suffix_defaults" in aim
+    }
+    if suffix_aims:
+        levels = list(next(iter(suffix_aims.values()))["steady_vs_suffix_defaults"])
+        lines += [
+            "",
+            f"Over suffix trees: specgate's e2e over vLLM's suffix defaults at each steady load "
+            f"(aim <= {AIM_BELOW_SUFFIX_DEFAULTS} from {SUFFIX_AIM_FROM} in flight up).",
+            "",
+            _row(["machine / arm", *levels, f"worst from {SUFFIX_AIM_FROM}"]),
+            _row(["---"] * (len(levels) + 2)),
+        ]
+        for key, aim in suffix_aims.items():
+            ratios = aim["steady_vs_suffix_defaults"]
+            worst = aim["suffix_defaults_worst_from_32"]
+            lines.append(
+                _row([key, *[ratios[s] for s in levels], _met(worst, AIM_BELOW_SUFFIX_DEFAULTS)])
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -16,6 +16,7 @@ from bench.gpu_sim.engine import (
     EngineSetup,
     ModelDrafter,
     NgramDrafter,
+    SuffixDrafter,
 )
 from bench.gpu_sim.workload import Phase
 
@@ -42,7 +43,19 @@ MACHINES = (
     Machine("llama-8b-h200-eagle", "meta-llama/Meta-Llama-3.1-8B", 1, "eagle"),
     # The seed's example; aiconfigurator bundles Llama-3.1-70B, the same shape as Llama-3-70B.
     Machine("llama-70b-4xh200-draft1b", "meta-llama/Meta-Llama-3.1-70B", 4, "draft_model", 2.5),
+    Machine("llama-8b-h200-suffix", "meta-llama/Meta-Llama-3.1-8B", 1, "suffix"),
+    Machine("llama-70b-4xh200-suffix", "meta-llama/Meta-Llama-3.1-70B", 4, "suffix", 2.5),
 )
+# vLLM's suffix arm at its defaults: num_speculative_tokens defaults to the tree depth, and
+# each request verifies whatever its trees offer (their own lengths, up to 12 with the
+# defaults), every step, at every batch size.
+SUFFIX_DEFAULTS = "suffix-defaults"
+# Deeper trees that draft further from long matches (SGLang's suffix example: depth 64,
+# factor 2, 16 draft tokens): up to 32 tokens a draft. specgate runs over these, its rule
+# cutting each draft to what pays; vLLM's arm over the same trees verifies every one.
+DEEP_SUFFIX = SuffixDrafter(depth=64, factor=2.0)
+DEEP_SUFFIX_K = 32
+SUFFIX_DEEP = "suffix-deep"
 
 
 @cache
@@ -55,8 +68,11 @@ def setup(machine: Machine, upper_bound: bool = False) -> EngineSetup:
     drafter: Drafter
     weights = 2 * target.shape.parameters()
     kv_per_token = target.shape.kv_bytes_per_token(tp=1)
+    k = K
     if machine.method == "ngram":
         drafter = NgramDrafter()
+    elif machine.method == "suffix":
+        drafter, k = SuffixDrafter(), SuffixDrafter().depth
     elif machine.method == "eagle":
         drafter = ModelDrafter("eagle", target)
     else:
@@ -66,7 +82,7 @@ def setup(machine: Machine, upper_bound: bool = False) -> EngineSetup:
         kv_per_token += draft.shape.kv_bytes_per_token(tp=1)
     memory = machine.tp * system_memory_bytes(GPU) * (GPU_MEMORY_UTILIZATION - ACTIVATION_SHARE)
     kv_tokens = int((memory - weights) / kv_per_token)
-    return EngineSetup(machine.name, target, drafter, K, kv_tokens, upper_bound=upper_bound)
+    return EngineSetup(machine.name, target, drafter, k, kv_tokens, upper_bound=upper_bound)
 
 
 # vLLM's speculation by batch size, [[min, max, K], ...]: a family from "draft long only when
@@ -90,9 +106,14 @@ def arms(engine: EngineSetup) -> dict[str, Callable[[], Arm]]:
         made[f"k{k}"] = lambda k=k: FixedK(engine, f"k{k}", k=k)  # type: ignore[misc]
     for name, table in TABLES.items():
         made[name] = lambda name=name, table=table: BatchTable(engine, name, table=table)  # type: ignore[misc]
-    made["oracle"] = lambda: Oracle(engine, "oracle")
-    made["specgate"] = lambda: Specgate(engine, "specgate")
-    made["specgate-sized"] = lambda: Specgate(engine, "specgate-sized", sized=True)
+    ruled = engine
+    if engine.drafter.method == "suffix":
+        ruled = replace(engine, drafter=DEEP_SUFFIX, k=DEEP_SUFFIX_K)
+        made[SUFFIX_DEFAULTS] = lambda: FixedK(engine, SUFFIX_DEFAULTS, k=engine.k)
+        made[SUFFIX_DEEP] = lambda: FixedK(ruled, SUFFIX_DEEP, k=ruled.k)
+    made["oracle"] = lambda: Oracle(ruled, "oracle")
+    made["specgate"] = lambda: Specgate(ruled, "specgate")
+    made["specgate-sized"] = lambda: Specgate(ruled, "specgate-sized", sized=True)
     return made
 
 

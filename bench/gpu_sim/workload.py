@@ -15,7 +15,15 @@ from pathlib import Path
 
 from app.routing.classify import classify
 from app.routing.features import RequestFeatures, extract_features
-from bench.gpu_sim.acceptance import COPYING, DraftPattern, draw_pattern, request_acceptance
+from bench.gpu_sim.acceptance import (
+    COPYING,
+    REPEATING,
+    REPEATS,
+    DraftPattern,
+    draw_pattern,
+    request_acceptance,
+    with_suffix_drafts,
+)
 
 PROMPTS = Path(__file__).resolve().parent.parent / "prompts.jsonl"
 # The benchmark prompts' classes each simulated class borrows its prompt text from.
@@ -106,16 +114,23 @@ class RequestMaker:
         phases = [(0, request_acceptance(rng, self.method, workload))]
         if rng.random() < CHANGES_CHARACTER[workload]:
             phases.append((int(output * rng.uniform(0.3, 0.6)), COPYING[self.method]))
+        # Only the suffix drafter draws more (so the other methods' traffic stays as it was).
+        if self.method == "suffix" and rng.random() < REPEATS[workload]:
+            phases = [(0, REPEATING)]
         prompt = rng.choice(self._prompts[PROMPT_CLASS[workload]])
         self._count += 1
+        prompt_tokens = rng.randint(p_low, p_high)  # drawn before the pattern, as it always was
+        pattern = draw_pattern(random.Random(rng.random()), phases, output)
+        if self.method == "suffix":
+            pattern = with_suffix_drafts(random.Random(rng.random()), pattern, phases)
         return SimRequest(
             request_id=f"{workload}-{self._count}",
             workload=workload,
             features=_features(prompt, TEMPERATURE[workload]),
             arrival_s=arrival_s,
-            prompt_tokens=rng.randint(p_low, p_high),
+            prompt_tokens=prompt_tokens,
             output_tokens=output,
-            pattern=draw_pattern(random.Random(rng.random()), phases, output),
+            pattern=pattern,
         )
 
 

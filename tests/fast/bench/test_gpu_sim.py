@@ -14,10 +14,16 @@ from app.routing.draft_plan import DraftPlanner
 from app.routing.features import extract_features
 from app.routing.policy import RoutePolicy
 from bench.gpu_sim import __main__ as runner
-from bench.gpu_sim.acceptance import Acceptance, DraftPattern, draw_pattern
+from bench.gpu_sim.acceptance import Acceptance, DraftPattern, draw_pattern, with_suffix_drafts
 from bench.gpu_sim.arms import FixedK, NoSpeculation, Oracle, Specgate
 from bench.gpu_sim.costs import ModelShape, StepPricer, bundled_config
-from bench.gpu_sim.engine import EngineSetup, NgramDrafter, Simulation, phase_traffic
+from bench.gpu_sim.engine import (
+    EngineSetup,
+    NgramDrafter,
+    Simulation,
+    SuffixDrafter,
+    phase_traffic,
+)
 from bench.gpu_sim.measures import by_phase
 from bench.gpu_sim.scenarios import MACHINES, arms, setup, steady
 from bench.gpu_sim.workload import RequestMaker, SimRequest
@@ -214,3 +220,70 @@ def test_specgate_keeps_drafting_where_drafts_pay_at_32_in_flight() -> None:
         simulation.run(arrivals, follow)
         latency[name] = by_phase(simulation.finished, phase_of)["c32"]["e2e_mean_s"]
     assert latency["specgate"] < 1.15 * latency["oracle"], latency
+
+
+def test_suffix_trees_draft_as_far_as_their_match_and_depth_allow() -> None:
+    defaults = SuffixDrafter()  # vLLM's: depth 24, factor 1
+    assert [defaults.longest(m) for m in (0, 1, 5, 12, 20, 64)] == [0, 1, 5, 12, 12, 12]
+    deep = SuffixDrafter(depth=64, factor=2.0)
+    assert [deep.longest(m) for m in (1, 10, 21, 40)] == [2, 20, 42, 42]
+    pattern = DraftPattern((True,) * 30, (True,) * 30, (1.0,) * 30, match=(3,) * 30)
+    assert pattern.available(0, 24, defaults.longest) == 3
+    assert pattern.available(0, 2, defaults.longest) == 2  # the engine's K still caps it
+    assert pattern.available(0, 24) == 24  # no bound: another drafter's K
+
+
+def test_a_suffix_match_grows_along_landed_drafts_and_starts_over_after_a_miss() -> None:
+    lands = (True, True, True, False, True, False, False)
+    proposed = (True, False, False, False, False, False, True)
+    plain = DraftPattern(lands, proposed, (0.5,) * len(lands))
+    suffix = with_suffix_drafts(random.Random(1), plain, [(0, Acceptance(0.9, 0.1))])
+    # Text that keeps following earlier text keeps matching it, proposed or not.
+    assert suffix.proposed == (True, True, True, True, False, True, True)
+    assert suffix.match == (2, 3, 4, 5, 0, 3, 2)
+    assert suffix.lands == lands and suffix.confidence is not None
+    assert all(0.0 < c < 1.0 for c in suffix.confidence)
+
+
+def suffix_request(name: str, output: int, lands: bool, confidence: float) -> SimRequest:
+    made = request(name, 10, output, lands=lands)
+    made.pattern = with_suffix_drafts(
+        random.Random(2),
+        made.pattern,
+        [(0, Acceptance(confidence, confidence))],
+    )
+    return made
+
+
+def test_over_suffix_trees_the_rule_cuts_drafts_that_miss_and_learns_the_drafters_word() -> None:
+    setup = engine(drafter=SuffixDrafter(), k=24)
+    # Two answers: one repeats earlier text (its drafts land, the drafter is sure), the
+    # other does not (nothing lands, the drafter's word is weak).
+    served = {}
+    for arm in (FixedK(setup, k=24), Specgate(setup)):
+        both = [suffix_request("copy", 200, True, 0.95), suffix_request("fresh", 200, False, 0.2)]
+        serve(setup, arm, both)
+        served[type(arm).__name__] = both
+    assert isinstance(arm, Specgate)
+    # vLLM's suffix arm verifies every draft offered; specgate's rule stops paying for the
+    # fresh answer's and keeps the copy's.
+    fixed_copy, fixed_fresh = served["FixedK"]
+    rule_copy, rule_fresh = served["Specgate"]
+    assert rule_fresh.finished_s < fixed_fresh.finished_s  # type: ignore[operator]
+    assert rule_copy.finished_s <= fixed_copy.finished_s * 1.05  # type: ignore[operator]
+    # The confidence table learned from the drafts: the copy's confident, long matches
+    # landed (well above the 0.95 cell's prior midpoint share of evidence).
+    long_matches = arm.planner.calibration.snapshot()[-1]
+    assert long_matches[9][1] > 50 and long_matches[9][0] > 0.95
+
+
+def test_suffix_machines_compare_specgate_with_vllms_suffix_arms() -> None:
+    suffix = next(m for m in MACHINES if m.method == "suffix")
+    made = arms(setup(suffix))
+    for name in ("suffix-defaults", "suffix-deep", "specgate", "oracle"):
+        assert name in made
+    defaults, deep, rule = made["suffix-defaults"](), made["suffix-deep"](), made["specgate"]()
+    assert defaults.setup.k == 24 and defaults.setup.drafter == SuffixDrafter()
+    # specgate and vLLM's deep arm run over the same deep trees.
+    assert rule.setup.drafter == deep.setup.drafter != defaults.setup.drafter
+    assert rule.setup.k == deep.setup.k == 32
