@@ -77,6 +77,13 @@ def _ngram(**more: Any) -> dict[str, Any]:
 
 
 ONE = ("--engine-layout", "one")
+DEEP_SUFFIX = {
+    "method": "suffix",
+    "num_speculative_tokens": 32,
+    "suffix_decoding_max_tree_depth": 64,
+    "suffix_decoding_max_spec_factor": 2.0,
+}
+DEEP_SUFFIX_CONFIG = json.dumps(DEEP_SUFFIX)
 ARM_TABLE: tuple[LoadArm, ...] = (
     LoadArm("never", "off"),
     LoadArm("always", "on"),
@@ -91,6 +98,9 @@ ARM_TABLE: tuple[LoadArm, ...] = (
     LoadArm("auto-one", "auto", ONE),
     # The same over suffix trees (arctic-inference): the prompt's and earlier answers'.
     LoadArm("auto-one-suffix", "auto", (*ONE, "--speculative-config", '{"method": "suffix"}')),
+    # Deeper trees that draft further from long matches (up to 32 tokens), the rule cutting
+    # each draft to what pays: the simulator's specgate arm over suffix trees.
+    LoadArm("auto-one-suffix-deep", "auto", (*ONE, "--speculative-config", DEEP_SUFFIX_CONFIG)),
     # Never drafting with vLLM's own RMSNorm on CPUs (app/engine/cpu_kernels.py), for the
     # kernels' regression check against never-one.
     LoadArm("never-one-reference", "off", ONE, env=(("SPECGATE_CPU_KERNELS", "reference"),)),
@@ -112,6 +122,13 @@ ARM_TABLE: tuple[LoadArm, ...] = (
         None,
         server="vllm",
         speculative_config={"method": "suffix"},
+        whole_machine=True,
+    ),
+    LoadArm(
+        "vllm-suffix-deep-all",
+        None,
+        server="vllm",
+        speculative_config=DEEP_SUFFIX,
         whole_machine=True,
     ),
     # vLLM's speculation by batch size ([[min, max, K], ...], inclusive batch sizes).
