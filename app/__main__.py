@@ -15,6 +15,7 @@ from pydantic_settings import SettingsError
 from app.api.respond import FAREWELL_SECONDS
 from app.cli import parse_settings
 from app.main import create_app
+from app.settings import Settings
 
 logger = logging.getLogger("specgate")
 
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     if settings.log_level != "debug":
         # httpx logs every call at INFO: with remote pools, that is every health check.
         logging.getLogger("httpx").setLevel(logging.WARNING)
+    if settings.ray_replicas or settings.ray_autoscaling is not None:
+        return _serve_on_ray(settings)
     try:
         uvicorn.run(
             create_app(settings),
@@ -77,3 +80,16 @@ def _command_line(process: psutil.Process) -> str:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _serve_on_ray(settings: Settings) -> int:
+    try:
+        from app.serve_ray.run import serve_on_ray
+    except ImportError as exc:
+        print(
+            f"specgate: --ray-replicas needs Ray Serve ({exc.name} is missing): "
+            "pip install 'specgate[ray]'",
+            file=sys.stderr,
+        )
+        return 2
+    return serve_on_ray(settings)

@@ -152,6 +152,7 @@ class Dispatcher:
                 decision.acceptance_prior,
                 tools,
                 tenant,
+                decision.workload_class.value,
             )
             for i, prompt in enumerate(prompts)
         ]

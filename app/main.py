@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
@@ -175,18 +175,29 @@ def ngram_config(settings: Settings, engines: Mapping[Route, Engine]) -> NgramCo
     )
 
 
-def create_app(settings: Settings, engines: Mapping[Route, Engine] | None = None) -> FastAPI:
-    """The app. Given `engines` (a fake, in tests), it uses them; otherwise it starts its own."""
+# Starts a gateway's engines, each registered on the stack for shutdown.
+EngineStarter = Callable[[Settings, AsyncExitStack], Awaitable[dict[Route, Engine]]]
+
+
+def create_app(
+    settings: Settings,
+    engines: Mapping[Route, Engine] | None = None,
+    starter: EngineStarter | None = None,
+) -> FastAPI:
+    """The app. Given `engines` (a fake, in tests), it uses them; otherwise `starter` (Ray
+    Serve's replicas) or its own embedded and remote engines start with it."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            if engines is None:
+            if engines is not None:
+                running = dict(engines)
+            elif starter is not None:
+                running = await starter(settings, stack)
+            else:
                 from app.engine.launch import start_engines
 
                 running = await start_engines(settings, stack)
-            else:
-                running = dict(engines)
             app.state.gateway = build_gateway(settings, running)
             try:
                 yield

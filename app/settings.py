@@ -32,6 +32,7 @@ HelpGroup = Literal[
     "requests",
     "access",
     "remote pools",
+    "ray serve",
     "server",
 ]
 
@@ -440,6 +441,53 @@ class Settings(BaseSettings):
         None,
         description="A file whose first non-blank line is that key",
         json_schema_extra=_cli("remote pools", "PATH", unset="none"),
+    )
+
+    # -- Ray Serve (app/serve_ray/; the optional extra `ray`) ---------------------------------
+    # Above 0, the engines run as Ray Serve replicas, each one engine of the `one` layout, behind
+    # this gateway deployed as Serve's ingress, with specgate's request router between them.
+    ray_replicas: int = Field(
+        0,
+        ge=0,
+        description="Engine replicas on Ray Serve (0: engines in this process)",
+        json_schema_extra=_cli("ray serve", "N"),
+    )
+    ray_address: str | None = Field(
+        None,
+        description="Ray cluster to join: `ray start --head`'s address",
+        json_schema_extra=_cli("ray serve", "ADDRESS", unset="a local one"),
+    )
+    ray_replica_cpus: float = Field(
+        1.0,
+        ge=0,
+        description="Logical CPUs each engine replica reserves",
+        json_schema_extra=_cli("ray serve", "N"),
+    )
+    # A replica's engine spans --tensor-parallel-size GPUs: above 1, a placement group keeps
+    # its bundles on one node.
+    ray_replica_gpus: float = Field(
+        0.0,
+        ge=0,
+        description="GPUs per engine replica (GPUs: the tensor-parallel size)",
+        json_schema_extra=_cli("ray serve", "N"),
+    )
+    ray_max_ongoing_requests: int = Field(
+        256,
+        gt=0,
+        description="Requests a replica takes at once; the rest wait",
+        json_schema_extra=_cli("ray serve", "N"),
+    )
+    # Serve's own autoscaling_config (min_replicas, max_replicas, target_ongoing_requests,
+    # ...), passed through as given; it replaces --ray-replicas' fixed count.
+    ray_autoscaling: dict[str, Any] | None = Field(
+        None,
+        description="Serve's autoscaling_config, as JSON",
+        json_schema_extra=_cli("ray serve", "JSON", unset="--ray-replicas"),
+    )
+    ray_router: Literal["specgate", "power-of-two", "prefix-affinity"] = Field(
+        "specgate",
+        description="Who picks each request's replica",
+        json_schema_extra=_cli("ray serve"),
     )
 
     # -- serving ---------------------------------------------------------------------------------

@@ -219,6 +219,7 @@ class Mover:
                 self.request.draft_length,
                 self.request.acceptance_prior,
                 tenant=self.request.tenant,
+                workload_class=self.request.workload_class,
             )
 
     def _ask(self, route: Route, prompt_tokens: int, output: list[int]) -> MoveProposal | None:

@@ -26,6 +26,7 @@ ENGINE_TIERS = (
     "engine_suffix",
     "faults",
     "gpu_check",
+    "ray",
     "remote",
 )
 TESTS = Path(__file__).parent

@@ -33,6 +33,9 @@ class EngineFacts:
     # The draft replay replays this engine's n-gram proposer faithfully (not on Model
     # Runner V2, whose speculator differs).
     draft_replay_matches: bool = True
+    # Tokens its KV cache holds (None where the engine does not say): a replica's report of
+    # how full it is.
+    kv_capacity_tokens: int | None = None
 
 
 class Engine(Protocol):

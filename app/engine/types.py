@@ -69,6 +69,9 @@ class GenerationRequest:
     # Whose earlier answers suffix drafting may draw on (app/tenancy.py); None: the tree
     # that requests without a tenant share.
     tenant: str | None = None
+    # The class the gateway's policy gave it (a balancer over replicas keeps one tenant's
+    # class together; a replica learns acceptance by class); None: not classified.
+    workload_class: str | None = None
 
 
 @dataclass(frozen=True)

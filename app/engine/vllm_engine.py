@@ -158,6 +158,7 @@ class VllmEngine(StopsOnExit):
             tokenizer=self._tokenizer,
             tokenizing=LocalTokenizer(self._tokenizer, self.max_model_len),
             draft_replay_matches=runner.draft_replay_matches,
+            kv_capacity_tokens=kv_capacity_tokens(llm),
         )
 
     @classmethod
@@ -453,3 +454,11 @@ def _spec_stats(metrics: RequestSpecDecodeMetrics | None) -> SpecDecodeStats | N
         accepted_tokens=sum(accepted * count for accepted, count in enumerate(metrics.histogram)),
         draft_lengths=tuple(lengths) if metrics.per_step_drafted else (),
     )
+
+
+def kv_capacity_tokens(llm: AsyncLLM) -> int | None:
+    """Tokens the engine's KV cache holds: its blocks (known once the core has started)
+    times their size."""
+    cache = llm.vllm_config.cache_config
+    blocks = cache.num_gpu_blocks
+    return int(blocks * cache.block_size) if blocks else None

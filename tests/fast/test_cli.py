@@ -18,7 +18,7 @@ ROOT = REPO
 # What pydantic-settings prints for a type when nothing better is given.
 RAW_TYPE_NAMES = ["dict[", "tuple[", "list[", "SecretStr", "Any]", "NoneType", "Path]"]
 # `--flag WHAT` in capitals, `--flag {a,b}`, or a switch `--flag, --no-flag`.
-FLAG_LINE = re.compile(r"-h, --help|--([a-z-]+) ([A-Z][A-Z,.]*|\{[a-z,]+\})|--([a-z-]+), --no-\3")
+FLAG_LINE = re.compile(r"-h, --help|--([a-z-]+) ([A-Z][A-Z,.]*|\{[a-z,-]+\})|--([a-z-]+), --no-\3")
 
 
 @pytest.fixture
