@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -216,6 +216,8 @@ class EngineReplica:
             "histories": list(self._histories),
         }
 
-    async def __del__(self) -> None:
-        """Serve calls this as it stops the replica: the engine stops with it."""
-        await self._stack.aclose()
+    def __del__(self) -> Coroutine[Any, Any, None] | None:
+        """Serve calls this as it stops the replica and awaits what it returns: the engine's
+        stop. Python's own call, when it collects the object, then finds nothing to do."""
+        stack: AsyncExitStack | None = self.__dict__.pop("_stack", None)
+        return None if stack is None else stack.aclose()
