@@ -78,10 +78,6 @@ def _command_line(process: psutil.Process) -> str:
         return ""
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 def _serve_on_ray(settings: Settings) -> int:
     try:
         from app.serve_ray.run import serve_on_ray
@@ -93,3 +89,8 @@ def _serve_on_ray(settings: Settings) -> int:
         )
         return 2
     return serve_on_ray(settings)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+

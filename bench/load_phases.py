@@ -98,6 +98,9 @@ ARM_TABLE: tuple[LoadArm, ...] = (
     LoadArm("auto-one", "auto", ONE),
     # The same over suffix trees (arctic-inference): the prompt's and earlier answers'.
     LoadArm("auto-one-suffix", "auto", (*ONE, "--speculative-config", '{"method": "suffix"}')),
+    # The same engine as a Ray Serve replica behind the gateway as Serve's ingress (its
+    # engine computes on every core: the replica reserves no logical CPU).
+    LoadArm("auto-one-ray", "auto", (*ONE, "--ray-replicas", "1", "--ray-replica-cpus", "0")),
     # Deeper trees that draft further from long matches (up to 32 tokens), the rule cutting
     # each draft to what pays: the simulator's specgate arm over suffix trees.
     LoadArm("auto-one-suffix-deep", "auto", (*ONE, "--speculative-config", DEEP_SUFFIX_CONFIG)),

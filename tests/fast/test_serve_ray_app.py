@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 from ray.serve.deployment import Application
 from ray.serve.schema import ServeDeploySchema
 
 from app.cli import parse_settings
 from app.serve_ray.app import ROUTERS, build, engine_options
+from app.settings import Settings
 
 CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "ray-serve.yaml"
 
@@ -65,3 +67,16 @@ def test_the_serve_config_file_is_valid_and_builds_specgate() -> None:
     assert app.import_path == "app.serve_ray.app:build"
     built = build(config["applications"][0]["args"])
     assert isinstance(built, Application)
+
+
+def test_ray_replicas_on_the_command_line_deploy_on_ray_serve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app import __main__ as entry
+    from app.serve_ray import run
+
+    deployed: list[Settings] = []
+    monkeypatch.setattr(run, "serve_on_ray", lambda settings: deployed.append(settings) or 0)
+    assert entry.main(["--ray-replicas", "2", "--port", "9100"]) == 0
+    [settings] = deployed
+    assert settings.ray_replicas == 2 and settings.port == 9100
