@@ -93,4 +93,3 @@ def _serve_on_ray(settings: Settings) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -71,12 +71,45 @@ class SuffixCacheCollector(Collector):
         ]
 
 
+class ReplicaCollector(Collector):
+    """Each engine replica's routing report (Ray Serve), as the replicas last gave it
+    (GET /metrics asks them first)."""
+
+    def __init__(self) -> None:
+        self.reports: dict[str, dict[str, Any]] = {}
+
+    def collect(self) -> list[Metric]:
+        if not self.reports:
+            return []
+        families = {
+            key: GaugeMetricFamily(f"specgate_replica_{key}", about, labels=["replica"])
+            for key, about in (
+                ("running", "Requests generating on the replica."),
+                ("waiting", "Requests on the replica that have no token yet."),
+                ("kv_use", "Share of the replica's KV cache its requests hold."),
+            )
+        }
+        acceptance = GaugeMetricFamily(
+            "specgate_replica_acceptance",
+            "Share of draft tokens that landed on the replica, by workload class.",
+            labels=["replica", "workload_class"],
+        )
+        for replica, report in sorted(self.reports.items()):
+            for key, family in families.items():
+                family.add_metric([replica], float(report.get(key, 0.0)))
+            for workload, rate in sorted(report.get("acceptance", {}).items()):
+                acceptance.add_metric([replica, workload], float(rate))
+        return [*families.values(), acceptance]
+
+
 class GatewayMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.suffix_cache = SuffixCacheCollector()
         r.register(self.suffix_cache)
+        self.replicas = ReplicaCollector()
+        r.register(self.replicas)
         self.requests = Counter(
             "specgate_requests",
             "Requests answered, by route, workload class, endpoint and outcome.",

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.deps import EnginesDep, MetricsDep
-from app.engine.base import SuffixCacheReporter, UpstreamReporter
+from app.engine.base import ReplicaReporter, SuffixCacheReporter, UpstreamReporter
 from app.errors import SpecgateError
 
 router = APIRouter()
@@ -51,4 +51,9 @@ async def metrics(registry: MetricsDep, engines: EnginesDep) -> Response:
                 )
                 if counts is not None:
                     registry.suffix_cache.counts = counts
+        if isinstance(engine, ReplicaReporter):
+            with contextlib.suppress(SpecgateError, TimeoutError):
+                registry.replicas.reports = await asyncio.wait_for(
+                    engine.replica_reports(), HEALTH_TIMEOUT_SECONDS
+                )
     return Response(registry.render(), media_type=CONTENT_TYPE_LATEST)

@@ -115,6 +115,15 @@ class SuffixCacheReporter(Protocol):
     async def suffix_cache_counts(self) -> SuffixCacheCounts | None: ...
 
 
+@runtime_checkable
+class ReplicaReporter(Protocol):
+    """An engine made of replicas (Ray Serve), whose routing reports /metrics shows."""
+
+    async def replica_reports(self) -> dict[str, dict[str, Any]]:
+        """Each live replica's report (app/engine/serve_replica.py), by replica."""
+        ...
+
+
 def for_route(request: GenerationRequest, route: Route, facts: EngineFacts) -> GenerationRequest:
     """The request as `route` sends it to its engine.
 

@@ -16,6 +16,7 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
+import ray
 from ray import serve
 from ray.exceptions import RayError, RayTaskError
 from ray.serve.exceptions import BackPressureError
@@ -103,6 +104,8 @@ class HandleEngine(StopsOnExit):
         self, handle: Any, facts: ReplicaFacts, attempts: int, tokenizer: Any = None
     ) -> None:
         self._handle = handle
+        # Serve names each replica's actor SERVE_REPLICA::<application>#<deployment>#<id>.
+        self._replica_prefix = f"SERVE_REPLICA::{handle.app_name}#{handle.deployment_name}#"
         self._attempts = attempts
         self._streaming = handle.options(stream=True)
         self._unfinished = 0
@@ -180,6 +183,24 @@ class HandleEngine(StopsOnExit):
         ]
         if unhealthy:
             raise EngineUnavailableError("replicas not healthy: " + ", ".join(unhealthy))
+
+    async def replica_reports(self) -> dict[str, dict[str, Any]]:
+        """Every live engine replica's routing report. Serve's handle reaches one replica a
+        call, so each replica's actor is asked by name."""
+        prefix = self._replica_prefix
+        actors = {
+            entry["name"]: (entry["name"], entry["namespace"])
+            for entry in ray.util.list_named_actors(all_namespaces=True)
+            if entry["name"].startswith(prefix)
+        }
+        reports: dict[str, dict[str, Any]] = {}
+        for name, (actor_name, namespace) in actors.items():
+            try:
+                actor = ray.get_actor(actor_name, namespace=namespace)
+                reports[name.removeprefix(prefix)] = await actor.record_routing_stats.remote()
+            except (RayError, ValueError):  # gone since the listing
+                continue
+        return reports
 
     async def suffix_cache_counts(self) -> SuffixCacheCounts | None:
         counts = await self._handle.suffix_cache_counts.remote()

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.engine.base import Engine, SuffixCacheReporter
+from app.engine.coalesce import coalesced
 from app.engine.fake import FakeEngine
 from app.engine.types import ChatMessage, GenerationRequest, GenerationStep, SamplingOptions
 from app.routing.goodput import CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior
@@ -124,7 +125,9 @@ class EngineReplica:
         self._waiting.add(request_id)
         key = history_key(request)
         try:
-            async for step in self.engine.generate(request):
+            # Steps that pile up while Serve ships the last one go as one (each shipped item
+            # costs both processes a Ray message).
+            async for step in coalesced(self.engine.generate(request)):
                 self._note(request, step, drafts)
                 yield step
         finally:

@@ -36,8 +36,11 @@ from app.routing.goodput import (
 # A replica whose KV cache is this full would preempt or queue what it takes: it goes last.
 KV_FULL = 0.95
 # Bounded loads: a replica takes a key's requests first while its load (running and waiting,
-# this request included) is at most this many times the average (Mirrokni et al.'s c).
+# this request included) is at most this many times the average (Mirrokni et al.'s c)...
 LOAD_BOUND = 1.25
+# ... or at most this many requests: with a handful in flight, the bound would move a key for
+# an imbalance of one or two requests, which costs nothing to keep.
+LOAD_BOUND_FLOOR = 4
 # Output tokens a request is assumed to write, to spread a queue's wait over its answer.
 EXPECTED_OUTPUT_TOKENS = 128
 
@@ -111,7 +114,7 @@ def rank(reports: Sequence[ReplicaReport], wants: Wants) -> list[str]:
     if wants.history is None:
         return [r.replica_id for r in order]
     total = sum(r.load for r in reports) + 1
-    bound = math.ceil(LOAD_BOUND * total / len(reports))
+    bound = max(math.ceil(LOAD_BOUND * total / len(reports)), LOAD_BOUND_FLOOR)
     within = [r for r in order if r.load + 1 <= bound and r.kv_use < KV_FULL]
     holders = [r for r in within if wants.history in r.histories]
     if holders:

@@ -41,7 +41,7 @@ ROUTERS = {
 }
 # How often replicas report to the routers (seconds): stale reports send a burst to one
 # replica; the router counts its own sends between them.
-ROUTING_STATS_PERIOD_S = 0.5
+ROUTING_STATS_PERIOD_S = 2.0
 # Serve's health check of each replica, and how long a replica's engine may take to start.
 HEALTH_CHECK_PERIOD_S = 5.0
 HEALTH_CHECK_TIMEOUT_S = 30.0

@@ -295,3 +295,20 @@ def test_docker_compose_accepts_the_observe_profile() -> None:
     command = [docker, "compose", "-f", COMPOSE, "--profile", "observe", "config", "--quiet"]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_each_replicas_report_is_a_labelled_series() -> None:
+    from app.metrics import GatewayMetrics
+
+    metrics = GatewayMetrics()
+    assert "specgate_replica_running" not in metrics.render().decode()  # no replicas: none
+    metrics.replicas.reports = {
+        "a1": {"running": 3, "waiting": 1, "kv_use": 0.25, "acceptance": {"code-edit": 0.8}},
+        "b2": {"running": 0, "waiting": 0, "kv_use": 0.0, "acceptance": {}},
+    }
+    families = {f.name: f for f in text_string_to_metric_families(metrics.render().decode())}
+    running = {s.labels["replica"]: s.value for s in families["specgate_replica_running"].samples}
+    assert running == {"a1": 3.0, "b2": 0.0}
+    assert families["specgate_replica_kv_use"].samples[0].value == 0.25
+    [landed] = families["specgate_replica_acceptance"].samples
+    assert landed.labels == {"replica": "a1", "workload_class": "code-edit"} and landed.value == 0.8

@@ -46,6 +46,9 @@ class Stream:
 class Handle:
     """A deployment handle whose streamed `generate` calls play `plays` in turn."""
 
+    app_name = "specgate"
+    deployment_name = "engine"
+
     def __init__(self, plays: list[tuple[list[GenerationStep], BaseException | None]]) -> None:
         self._plays = plays
         self.streams: list[Stream] = []

@@ -16,7 +16,7 @@ from app.serve_ray.router import LEARNED_AFTER_STEPS, learned_line, report_of, s
 
 async def replica() -> EngineReplica:
     made = EngineReplica.__new__(EngineReplica)
-    await made.__init__(EngineRecipe(fake_seconds_per_token=0.0))  # type: ignore[misc]
+    await made.__init__(EngineRecipe(fake_seconds_per_token=0.01))  # type: ignore[misc]
     return made
 
 

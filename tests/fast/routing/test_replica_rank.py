@@ -83,6 +83,13 @@ def test_past_the_load_bound_a_history_key_spills_to_the_best_other() -> None:
     ]
 
 
+def test_a_few_requests_more_never_move_a_key() -> None:
+    holder = report("holder", running=2, histories=frozenset({"t1|code"}))
+    idle = report("idle")
+    # Twice the average, but only three requests: the key stays with its history.
+    assert rank([idle, holder], Wants(drafts=True, prior=0.6, history="t1|code"))[0] == "holder"
+
+
 def test_a_new_key_has_one_home_and_keys_spread_over_replicas() -> None:
     replicas = [report(f"r{i}") for i in range(4)]
     homes = Counter()
