@@ -174,7 +174,7 @@ class HandleEngine(StopsOnExit):
         return not self._closed
 
     async def check_health(self) -> None:
-        status = serve.status()
+        status = await asyncio.to_thread(serve.status)  # a blocking call to Serve's controller
         unhealthy = [
             f"{app_name}/{name}: {deployment.status}"
             for app_name, app in status.applications.items()
@@ -188,15 +188,15 @@ class HandleEngine(StopsOnExit):
         """Every live engine replica's routing report. Serve's handle reaches one replica a
         call, so each replica's actor is asked by name."""
         prefix = self._replica_prefix
-        actors = {
-            entry["name"]: (entry["name"], entry["namespace"])
-            for entry in ray.util.list_named_actors(all_namespaces=True)
-            if entry["name"].startswith(prefix)
-        }
+        # Ray's lookups block on its control store: off the event loop.
+        named = await asyncio.to_thread(ray.util.list_named_actors, all_namespaces=True)
         reports: dict[str, dict[str, Any]] = {}
-        for name, (actor_name, namespace) in actors.items():
+        for entry in named:
+            name = entry["name"]
+            if not name.startswith(prefix):
+                continue
             try:
-                actor = ray.get_actor(actor_name, namespace=namespace)
+                actor = await asyncio.to_thread(ray.get_actor, name, entry["namespace"])
                 reports[name.removeprefix(prefix)] = await actor.record_routing_stats.remote()
             except (RayError, ValueError):  # gone since the listing
                 continue

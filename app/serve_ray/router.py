@@ -30,7 +30,7 @@ from ray.serve.request_router import (
 from app.engine.serve_replica import history_key
 from app.engine.types import GenerationRequest
 from app.routing.goodput import CPU_STEP_PRIOR, StepCostPrior
-from app.routing.replica_rank import ReplicaReport, Wants, rank
+from app.routing.replica_rank import EXPECTED_OUTPUT_TOKENS, ReplicaReport, Wants, rank
 
 logger = logging.getLogger("specgate.router")
 
@@ -52,7 +52,7 @@ def wants_of(request: GenerationRequest) -> Wants:
         prior=request.acceptance_prior,
         history=history_key(request) if drafts else None,
         max_draft=request.draft_length or DEFAULT_DRAFT,
-        output_tokens=request.options.max_tokens or 128,
+        output_tokens=request.options.max_tokens or EXPECTED_OUTPUT_TOKENS,
     )
 
 
