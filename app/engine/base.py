@@ -36,6 +36,9 @@ class EngineFacts:
     # Tokens its KV cache holds (None where the engine does not say): a replica's report of
     # how full it is.
     kv_capacity_tokens: int | None = None
+    # A drafting request may carry the sampling fields vLLM's V1 rejection sampler cannot
+    # apply at drafts (Model Runner V2 applies them: app/engine/capabilities.py).
+    applies_sampling_fields_at_drafts: bool = False
 
 
 class Engine(Protocol):

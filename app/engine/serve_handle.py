@@ -110,7 +110,6 @@ class HandleEngine(StopsOnExit):
         self._streaming = handle.options(stream=True)
         self._unfinished = 0
         self._closed = False
-        self._fields_at_drafts = facts.applies_sampling_fields_at_drafts
         self.facts = EngineFacts(
             max_model_len=facts.max_model_len,
             exposes_token_ids=facts.exposes_token_ids,
@@ -118,6 +117,7 @@ class HandleEngine(StopsOnExit):
             tokenizer=tokenizer,
             tokenizing=HandleTokenizer(handle) if facts.has_tokenizer else None,
             draft_replay_matches=facts.draft_replay_matches,
+            applies_sampling_fields_at_drafts=facts.applies_sampling_fields_at_drafts,
         )
 
     @classmethod
@@ -165,7 +165,7 @@ class HandleEngine(StopsOnExit):
         # with no round trip (the router asks this of every request).
         if not self.facts.per_request_draft_length:
             return None
-        return drafting_refusal(options, self._fields_at_drafts, draft_length)
+        return drafting_refusal(options, self.facts.applies_sampling_fields_at_drafts, draft_length)
 
     def unfinished_requests(self) -> int:
         return self._unfinished
@@ -175,10 +175,12 @@ class HandleEngine(StopsOnExit):
 
     async def check_health(self) -> None:
         status = await asyncio.to_thread(serve.status)  # a blocking call to Serve's controller
+        # This application's deployments only: others may share the cluster.
+        found = status.applications.get(self._handle.app_name)
+        deployments = found.deployments.items() if found is not None else ()
         unhealthy = [
-            f"{app_name}/{name}: {deployment.status}"
-            for app_name, app in status.applications.items()
-            for name, deployment in app.deployments.items()
+            f"{name}: {deployment.status}"
+            for name, deployment in deployments
             if deployment.status not in ("HEALTHY", "UPSCALING", "DOWNSCALING")
         ]
         if unhealthy:

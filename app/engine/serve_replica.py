@@ -160,12 +160,7 @@ class EngineReplica:
             facts.per_request_draft_length,
             facts.draft_replay_matches,
             facts.tokenizing is not None,
-            # An embedded engine's model runner says (V2 applies them at drafts; V1 cannot).
-            bool(
-                getattr(
-                    getattr(self.engine, "runner", None), "applies_sampling_fields_at_drafts", False
-                )
-            ),
+            facts.applies_sampling_fields_at_drafts,
             self._model_path,
         )
 

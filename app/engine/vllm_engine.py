@@ -149,8 +149,7 @@ class VllmEngine(StopsOnExit):
         self.max_model_len: int = llm.model_config.max_model_len
         # A speculative engine honours each request's draft_length; a plain one drafts none.
         self.per_request_draft_length: bool = llm.vllm_config.speculative_config is not None
-        # The model runner its engine core got (what it can serve while drafting follows).
-        self.runner = runner
+        # What it can serve while drafting follows from the model runner its core got.
         self.facts = EngineFacts(
             max_model_len=self.max_model_len,
             exposes_token_ids=True,
@@ -159,6 +158,7 @@ class VllmEngine(StopsOnExit):
             tokenizing=LocalTokenizer(self._tokenizer, self.max_model_len),
             draft_replay_matches=runner.draft_replay_matches,
             kv_capacity_tokens=kv_capacity_tokens(llm),
+            applies_sampling_fields_at_drafts=runner.applies_sampling_fields_at_drafts,
         )
 
     @classmethod
@@ -243,7 +243,7 @@ class VllmEngine(StopsOnExit):
         # plain route of --engine-layout one) never drafts.
         if not self.per_request_draft_length:
             return None
-        fields_at_drafts = self.runner.applies_sampling_fields_at_drafts
+        fields_at_drafts = self.facts.applies_sampling_fields_at_drafts
         return drafting_refusal(options, fields_at_drafts, draft_length)
 
     def unfinished_requests(self) -> int:

@@ -82,21 +82,24 @@ class SuffixDrafter:
     depth: int = 24
     factor: float = 1.0
     method: str = "suffix"
+    # longest(match) for every match up to the depth: asked per request every step.
+    _longest: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # The trees try every shorter match too and keep the best: min(factor * m, depth - m)
+        # at its best m (12 with vLLM's defaults).
+        best, table = 0, [0]
+        for m in range(1, self.depth + 1):
+            best = max(best, min(int(self.factor * m), self.depth - m))
+            table.append(best)
+        self._longest = tuple(table)
 
     def ms(self, draft_steps: Sequence[int], context: int) -> float:
         return SUFFIX_MS_PER_SEQUENCE * len(draft_steps)
 
     def longest(self, match: int) -> int:
-        """The longest draft from a match of `match` tokens: the trees try every shorter
-        match too and keep the best, min(factor * m, depth - m) at its best m (12 with
-        vLLM's defaults)."""
-        return max(
-            (
-                min(int(self.factor * m), self.depth - m)
-                for m in range(1, min(match, self.depth) + 1)
-            ),
-            default=0,
-        )
+        """The longest draft from a match of `match` tokens."""
+        return self._longest[min(max(match, 0), self.depth)]
 
 
 @dataclass
@@ -191,6 +194,7 @@ class Simulation:
         running: list[SimRequest] = []
         kv_free = setup.kv_tokens
         now = 0.0
+        bound = draft_bound(setup.drafter)
         while pending or waiting or running:
             while pending and pending[0][0] <= now:
                 request = heapq.heappop(pending)[2]
@@ -209,7 +213,6 @@ class Simulation:
                 running.append(request)
             decoding = [r for r in running if r.first_token_s is not None]
             prefilling = [r for r in running if r.first_token_s is None]
-            bound = draft_bound(setup.drafter)
             offers = [r.pattern.available(r.generated, setup.k, bound) for r in decoding]
             lengths = arm.lengths(decoding, offers) if decoding else []
             tokens = len(decoding) + sum(lengths)
