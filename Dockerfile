@@ -5,8 +5,9 @@ FROM vllm/vllm-openai:v0.32.0
 
 COPY pyproject.toml README.md /opt/specgate/src/
 COPY app /opt/specgate/src/app
-# The gpu extra asks for vllm==0.32.0, which the base image satisfies, so pip keeps its build.
-RUN python3 -m pip install --no-cache-dir "/opt/specgate/src[gpu]"
+# The gpu extra asks for vllm==0.32.0, which the base image satisfies, so pip keeps its build;
+# the ray extra adds Ray Serve for --ray-replicas (engine replicas on GPUs: docs/deployment.md).
+RUN python3 -m pip install --no-cache-dir "/opt/specgate/src[gpu,ray]"
 # The suffix-tree drafter (vLLM's "suffix" method), built from source against the image's torch.
 COPY scripts/install_arctic_inference.py /opt/specgate/src/scripts/
 RUN python3 /opt/specgate/src/scripts/install_arctic_inference.py

