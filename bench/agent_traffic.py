@@ -3,6 +3,8 @@ time per output token, overall and by kind, and each conversation's time.
 
     python -m bench.agent_traffic                      # every arm once, the report split
     python -m bench.agent_traffic --repeats 3          # interleaved rounds, medians and spreads
+    python -m bench.agent_traffic --arms ray2-specgate,ray2-power-of-two,ray2-prefix-affinity \
+        --baselines ray2-power-of-two,ray2-prefix-affinity --repeats 3   # Ray Serve's routers
 
 The three agents and the stream of creative prompts run side by side (four conversations in
 flight), each turn sent when the one before it has answered, greedy, ending where the model
@@ -190,6 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--arms", default=DEFAULT_ARMS, help="comma-separated, from load_phases")
     parser.add_argument("--split", choices=("tune", "report"), default="report")
     parser.add_argument("--repeats", type=int, default=1, metavar="R")
+    parser.add_argument(
+        "--baselines",
+        default=",".join(BASELINES),
+        help="comma-separated: the arms every other arm is compared with",
+    )
     parser.add_argument("--out-dir", type=Path, default=None)
     parser.add_argument("--model-name", default=MODEL_NAME)
     parser.add_argument("--model-dir", type=Path, default=MODEL_DIR)
@@ -226,12 +233,13 @@ def main(argv: list[str] | None = None) -> int:
             turns += [Turn(**{**asdict(t), "repeat": repeat}) for t in found]
             logger.info("%s round %d: %s", arm.name, repeat, figures(found))
         summary = summarize(turns, names)
+        baselines = {n.strip() for n in args.baselines.split(",")}
         ratios = {
             f"{arm} / {base} : {figure}": paired_ratios(turns, arm, base, figure)
             for arm in names
-            if arm not in BASELINES
+            if arm not in baselines
             for base in names
-            if base in BASELINES
+            if base in baselines
             for figure in ("ms_per_token", "ms_per_token creative")
         }
         order_text = ", ".join(f"{a.name} (round {r})" for r, a in order)

@@ -44,6 +44,7 @@ from bench.servers import (
     ServerError,
     ServerSpec,
     free_port,
+    module_spec,
     serve,
     specgate_spec,
     vllm_spec,
@@ -62,7 +63,9 @@ class LoadArm:
     name: str
     header: str | None  # X-Speculative (None: not sent; vLLM's server ignores it anyway)
     server_args: tuple[str, ...] = ()  # extra flags for this arm's server
-    # "vllm": vLLM's own OpenAI server on the same model and engine flags.
+    # "vllm": vLLM's own OpenAI server on the same model and engine flags; "ray-fake":
+    # specgate on Ray Serve over paced fake replicas (bench/ray_fake_server.py), server_args
+    # its own.
     server: str = "specgate"
     # vLLM's --speculative-config (None: no speculation).
     speculative_config: dict[str, Any] | None = None
@@ -104,6 +107,12 @@ ARM_TABLE: tuple[LoadArm, ...] = (
     # Deeper trees that draft further from long matches (up to 32 tokens), the rule cutting
     # each draft to what pays: the simulator's specgate arm over suffix trees.
     LoadArm("auto-one-suffix-deep", "auto", (*ONE, "--speculative-config", DEEP_SUFFIX_CONFIG)),
+    # Two paced fake replicas on Ray Serve behind specgate's gateway, routed by specgate's
+    # router, Ray's power of two choices, or Ray's prefix-cache affinity (issue 32's bench).
+    *(
+        LoadArm(f"ray2-{router}", "auto", ("--router", router), server="ray-fake")
+        for router in ("specgate", "power-of-two", "prefix-affinity")
+    ),
     # Never drafting with vLLM's own RMSNorm on CPUs (app/engine/cpu_kernels.py), for the
     # kernels' regression check against never-one.
     LoadArm("never-one-reference", "off", ONE, env=(("SPECGATE_CPU_KERNELS", "reference"),)),
@@ -163,7 +172,13 @@ SIDE_BY_SIDE_ARMS = (
 # without speculation and specgate never drafting, and in no phase >5% slower than never-one.
 CHANGING_LOAD_ARMS = "vllm-plain-all,never-one,auto-one"
 # Named sets for --arms; their baselines are the vLLM arms and never-one.
-ARM_SETS = {"side-by-side": SIDE_BY_SIDE_ARMS, "changing-load": CHANGING_LOAD_ARMS}
+# Issue 32: the routers over two paced fake replicas on Ray Serve.
+RAY_ROUTER_ARMS = "ray2-specgate,ray2-power-of-two,ray2-prefix-affinity"
+ARM_SETS = {
+    "side-by-side": SIDE_BY_SIDE_ARMS,
+    "changing-load": CHANGING_LOAD_ARMS,
+    "ray-routers": RAY_ROUTER_ARMS,
+}
 
 
 @dataclass(frozen=True)
@@ -413,6 +428,8 @@ def server_spec(arm: LoadArm, args: argparse.Namespace) -> ServerSpec:
         speculative = arm.speculative_config or False
         extra = [*arm.server_args, *shlex.split(args.vllm_args)]
         return vllm_spec(args.model_dir, args.model_name, speculative, extra, REPO, env, name)
+    if arm.server == "ray-fake":
+        return module_spec("bench.ray_fake_server", list(arm.server_args), REPO, name)
     extra = ["--routing-exploration", "0", *arm.server_args, *shlex.split(args.specgate_args)]
     spec = specgate_spec(REPO, extra, name)
     return replace(spec, env=env)

@@ -84,7 +84,7 @@ ANSWERS_KEPT = 4096
 
 def repeat_the_prompt(request: GenerationRequest, index: int) -> Iterator[str]:
     """The default script: the prompt's words, from the index-th on, round and round."""
-    words = _prompt_words(request.prompt)
+    words = prompt_words(request.prompt)
     return (f" {word}" for word in itertools.islice(itertools.cycle(words), index, None))
 
 
@@ -122,7 +122,7 @@ class FakeEngine(StopsOnExit):
         if not self.alive:
             raise EngineUnavailableError(f"the {self.route} engine has stopped")
         self.requests.append(request)
-        words = _prompt_words(request.prompt)
+        words = prompt_words(request.prompt)
         options = request.options
         left = self.max_model_len - len(words)
         limit = options.max_tokens or min(options.default_max_tokens or left, left)
@@ -133,7 +133,7 @@ class FakeEngine(StopsOnExit):
             )
         if options.temperature is not None and options.temperature < 0:
             raise InvalidRequestError("temperature must be non-negative", param="temperature")
-        prompt_ids = _ids(request.prompt, words)
+        prompt_ids = prompt_ids_of(request.prompt, words)
         self.active.add(request.request_id)
         try:
             scripts = self._scripts(request, prompt_ids)
@@ -141,8 +141,7 @@ class FakeEngine(StopsOnExit):
             held = ["" for _ in range(options.n)]
             finished: list[FinishReason | None] = [None] * options.n
             for position in range(limit):
-                if self.seconds_per_token:
-                    await asyncio.sleep(self.seconds_per_token)
+                await self._pace(request)
                 if FAIL_MIDSTREAM in words and position == 2:
                     raise EngineFailureError("the fake engine failed mid-stream")
                 deltas = []
@@ -211,12 +210,17 @@ class FakeEngine(StopsOnExit):
             text=text,
             new_tokens=1,
             finish_reason=finish,
-            draft_stats=self._spec(position + 1) if finish is not None else None,
+            draft_stats=self._spec(request, position + 1) if finish is not None else None,
             logprobs=logprobs,
             echo=echo,
         )
 
-    def _spec(self, tokens: int) -> SpecDecodeStats | None:
+    async def _pace(self, request: GenerationRequest) -> None:
+        """Wait until the engine would have the request's next token."""
+        if self.seconds_per_token:
+            await asyncio.sleep(self.seconds_per_token)
+
+    def _spec(self, request: GenerationRequest, tokens: int) -> SpecDecodeStats | None:
         if self.route != "speculative":
             return None
         # Pretend every other draft token was accepted.
@@ -257,7 +261,7 @@ def _continued(script: Script, prompt_ids: tuple[int, ...]) -> _Answer | None:
     return None
 
 
-def _prompt_words(prompt: Prompt) -> list[str]:
+def prompt_words(prompt: Prompt) -> list[str]:
     if isinstance(prompt, str):
         return prompt.split() or ["empty"]
     words: list[str] = []
@@ -269,7 +273,7 @@ def _prompt_words(prompt: Prompt) -> list[str]:
     return words or ["empty"]
 
 
-def _ids(prompt: Prompt, words: list[str]) -> tuple[int, ...]:
+def prompt_ids_of(prompt: Prompt, words: list[str]) -> tuple[int, ...]:
     """The prompt's ids: a token-id prompt's own, otherwise its words'."""
     given = [item for item in prompt if isinstance(item, int)] if isinstance(prompt, list) else []
     if given and len(given) == len(prompt):
@@ -297,7 +301,7 @@ def _token_logprob(token: str, position: int, alternatives: int) -> TokenLogprob
 
 
 def _echo(prompt: Prompt, alternatives: int | None) -> PromptEcho:
-    words = _prompt_words(prompt)
+    words = prompt_words(prompt)
     tokens = [words[0], *(f" {word}" for word in words[1:])]
     logprobs = None
     if alternatives is not None:

@@ -24,6 +24,7 @@ from typing import Any
 from app.engine.base import Engine, SuffixCacheReporter
 from app.engine.coalesce import coalesced
 from app.engine.fake import FakeEngine
+from app.engine.paced_fake import PacedFakeEngine, StepPacing
 from app.engine.types import ChatMessage, GenerationRequest, GenerationStep, SamplingOptions
 from app.routing.goodput import CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior
 from app.routing.step_watch import StepWatch
@@ -41,10 +42,12 @@ HISTORY_KEYS = 1024
 class EngineRecipe:
     """How a replica starts its engine: specgate's embedded engine with these settings
     (Settings fields; the layout is always `one`), or, with `fake_seconds_per_token`, the
-    fake engine at that pace (tests and routing benchmarks)."""
+    fake engine at that pace (tests), or with `fake_pacing`, the fake engine in batched steps
+    priced as the real engine's (the routing benchmark: app/engine/paced_fake.py)."""
 
     settings: dict[str, Any] = field(default_factory=dict)
     fake_seconds_per_token: float | None = None
+    fake_pacing: StepPacing | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,8 @@ class EngineReplica:
         self._watch = StepWatch(self._prior(recipe))
 
     async def _start(self, recipe: EngineRecipe) -> Engine:
+        if recipe.fake_pacing is not None:
+            return await self._stack.enter_async_context(PacedFakeEngine(recipe.fake_pacing))
         if recipe.fake_seconds_per_token is not None:
             fake = FakeEngine(
                 "speculative",
@@ -112,6 +117,8 @@ class EngineReplica:
 
     @staticmethod
     def _prior(recipe: EngineRecipe) -> StepCostPrior:
+        if recipe.fake_pacing is not None:
+            return recipe.fake_pacing.line
         if recipe.fake_seconds_per_token is not None:
             return CPU_STEP_PRIOR
         from app.engine.vllm_engine import on_cpu

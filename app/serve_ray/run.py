@@ -8,6 +8,7 @@ import signal
 import ray
 from ray import serve
 
+from app.engine.serve_replica import EngineRecipe
 from app.serve_ray.app import application
 from app.settings import Settings
 
@@ -24,17 +25,18 @@ def _stop(signum: int, frame: object) -> None:
     raise _Stopped
 
 
-def serve_on_ray(settings: Settings) -> int:
+def serve_on_ray(settings: Settings, recipe: EngineRecipe | None = None) -> int:
     """Join the cluster at --ray-address (or start a local one), deploy, and block until
     Ctrl-C or SIGTERM; the HTTP proxy listens on --host and --port. On the way out the
     application is deleted (its replicas stop their engines) and a local cluster this
-    process started stops with it."""
+    process started stops with it. `recipe` replaces the replicas' engine (the routing
+    benchmark's paced fakes)."""
     signal.signal(signal.SIGTERM, _stop)
     ray.init(address=settings.ray_address, include_dashboard=False, ignore_reinit_error=True)
     try:
         serve.start(http_options={"host": settings.host, "port": settings.port})
         logger.info("deploying on Ray Serve: %s", ray.cluster_resources())  # type: ignore[no-untyped-call]
-        serve.run(application(settings), name=APP_NAME, route_prefix="/", blocking=True)
+        serve.run(application(settings, recipe), name=APP_NAME, route_prefix="/", blocking=True)
     except (KeyboardInterrupt, _Stopped):
         return 130
     finally:
