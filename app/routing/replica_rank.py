@@ -8,14 +8,21 @@ will draft, its class's acceptance and the key of its drafter history (tenant an
 The rule ranks replicas by the time the request would add per output token: its own time per
 token there (the step it would join, over the tokens it can expect a step, drafts included),
 plus what joining costs the requests already running (each of their steps grows by the same
-amount), plus the queue ahead of it spread over its answer. So a request that drafts goes where
-the batch leaves drafting worth it, and one that does not goes where it slows others least.
+amount), plus the queue ahead of it spread over its answer, plus its prompt: the tokens the
+replica's prefix cache does not hold go through a step that it and every running request wait
+on. So a request that drafts goes where the batch leaves drafting worth it, one that does not
+goes where it slows others least, and an agent's next turn goes back to the replica that holds
+its conversation for as long as that saves more than the batch there costs.
 
 History: a suffix drafter drafts from the earlier answers its replica holds, so the requests
 of one tenant and class gain by staying together. The replica that holds the key's history
 (or, before any does, the key's home by rendezvous hashing) goes first while its load stays
-within a bound of the average, as consistent hashing with bounded loads does; past the bound
-the key spills to the next best, and the bound keeps one busy key from piling onto a replica.
+within a bound of the average, as consistent hashing with bounded loads does, and while it
+is as lightly loaded as any or the time it adds stays within a margin of the best replica's:
+past either the key spills to the best, and the bounds keep one busy key from piling onto a
+replica. (A floor of a few requests under the load bound, tried first, kept keys together at
+low load; on two replicas paced by the CPU's measured line that cost 9 % in the quiet phases
+against power of two choices: bench/RESULTS.md.)
 """
 
 from __future__ import annotations
@@ -38,9 +45,9 @@ KV_FULL = 0.95
 # Bounded loads: a replica takes a key's requests first while its load (running and waiting,
 # this request included) is at most this many times the average (Mirrokni et al.'s c)...
 LOAD_BOUND = 1.25
-# ... or at most this many requests: with a handful in flight, the bound would move a key for
-# an imbalance of one or two requests, which costs nothing to keep.
-LOAD_BOUND_FLOOR = 4
+# ... and the time it adds is at most this much more than the best replica's: what a history
+# may cost. A guess at what drafting from it gains, not a measurement.
+HISTORY_MARGIN = 0.05
 # Output tokens a request is assumed to write, to spread a queue's wait over its answer.
 EXPECTED_OUTPUT_TOKENS = 128
 
@@ -77,11 +84,16 @@ class Wants:
     history: str | None = None
     max_draft: int = 5
     output_tokens: int = EXPECTED_OUTPUT_TOKENS
+    # Prompt tokens, and by replica id those its prefix cache likely holds
+    # (app/routing/prefix_table.py).
+    prompt_tokens: int = 0
+    cached_tokens: Mapping[str, int] = field(default_factory=dict)
 
 
 def time_added_ms(report: ReplicaReport, wants: Wants) -> float:
     """Milliseconds per output token the request would add on this replica: its own time
-    per token, what its joining costs the running requests, and the queue ahead of it."""
+    per token, what its joining costs the running requests, the queue ahead of it, and its
+    prompt's uncached tokens, computed in one step that the request and the running wait on."""
     line = StepCost(report.step_cost, fixed=True)
     running = report.running
     sequences = running + 1
@@ -95,8 +107,11 @@ def time_added_ms(report: ReplicaReport, wants: Wants) -> float:
     after = line.predict(sequences, sequences + draft, drafting=draft > 0)
     own = after / tokens
     others = running * (after - before) / tokens
-    queue = report.waiting * after / max(1, wants.output_tokens)
-    return own + others + queue
+    answer = max(1, wants.output_tokens)
+    queue = report.waiting * after / answer
+    uncached = max(0, wants.prompt_tokens - wants.cached_tokens.get(report.replica_id, 0))
+    prefill = line.predict(sequences, sequences + uncached) - line.predict(sequences, sequences)
+    return own + others + queue + sequences * prefill / answer
 
 
 def _home(key: str, replica_id: str) -> int:
@@ -114,8 +129,15 @@ def rank(reports: Sequence[ReplicaReport], wants: Wants) -> list[str]:
     if wants.history is None:
         return [r.replica_id for r in order]
     total = sum(r.load for r in reports) + 1
-    bound = max(math.ceil(LOAD_BOUND * total / len(reports)), LOAD_BOUND_FLOOR)
-    within = [r for r in order if r.load + 1 <= bound and r.kv_use < KV_FULL]
+    bound = math.ceil(LOAD_BOUND * total / len(reports))
+    dearest = added[order[0].replica_id] * (1 + HISTORY_MARGIN)
+    least = min(r.load for r in reports)
+
+    def affordable(r: ReplicaReport) -> bool:
+        # As loaded as any (replicas' learned lines differ by noise), or within the margin.
+        return r.load <= least or added[r.replica_id] <= dearest
+
+    within = [r for r in order if r.load + 1 <= bound and r.kv_use < KV_FULL and affordable(r)]
     holders = [r for r in within if wants.history in r.histories]
     if holders:
         first = holders[0]

@@ -6,7 +6,9 @@ request's arguments (for `generate`, the GenerationRequest). Each replica's repo
 as `routing_stats` (its `record_routing_stats()`, refreshed every
 `request_routing_stats_period_s`), so a burst can arrive between two reports: the router also
 counts the requests it has in flight on each replica (Serve tells it when it sends one and
-when one completes), and takes the larger of the two. Calls other than `generate` (facts,
+when one completes), and takes the larger of the two. It also keeps a record of the prompt
+prefixes it sent to each replica (app/routing/prefix_table.py), from which the rule prices the
+prompt tokens a replica would not compute again. Calls other than `generate` (facts,
 tokenizer) go to any replica.
 """
 
@@ -30,6 +32,7 @@ from ray.serve.request_router import (
 from app.engine.serve_replica import history_key
 from app.engine.types import GenerationRequest
 from app.routing.goodput import CPU_STEP_PRIOR, StepCostPrior
+from app.routing.prefix_table import PrefixTable, prompt_chunks, prompt_tokens
 from app.routing.replica_rank import EXPECTED_OUTPUT_TOKENS, ReplicaReport, Wants, rank
 
 logger = logging.getLogger("specgate.router")
@@ -44,7 +47,7 @@ CHOICE_LAPSES_S = 2.0
 LEARNED_AFTER_STEPS = 20
 
 
-def wants_of(request: GenerationRequest) -> Wants:
+def wants_of(request: GenerationRequest, cached_tokens: dict[str, int] | None = None) -> Wants:
     drafts = request.draft_length != 0
     return Wants(
         drafts=drafts,
@@ -53,6 +56,8 @@ def wants_of(request: GenerationRequest) -> Wants:
         history=history_key(request) if drafts else None,
         max_draft=request.draft_length or DEFAULT_DRAFT,
         output_tokens=request.options.max_tokens or EXPECTED_OUTPUT_TOKENS,
+        prompt_tokens=prompt_tokens(request.prompt),
+        cached_tokens=cached_tokens or {},
     )
 
 
@@ -97,6 +102,12 @@ class SpecgateRouter(FIFOMixin, RequestRouter):
         # once, or every request of the burst would see the same idle replica).
         self._in_flight: Counter[str] = Counter()
         self._chosen: deque[tuple[float, str]] = deque()
+        self._prefixes = PrefixTable()
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        super().update_replicas(replicas)
+        # A replica that is gone takes its cache with it (its restart starts empty).
+        self._prefixes.keep_only(r.replica_id.unique_id for r in replicas)
 
     def _choose(self, replica_id: str) -> None:
         now = time.monotonic()
@@ -149,7 +160,10 @@ class SpecgateRouter(FIFOMixin, RequestRouter):
             report_of(replica_id, found, self._in_flight[replica_id], lines[replica_id] or peers)
             for replica_id, found in stats.items()
         ]
-        order = rank(reports, wants_of(request))
+        chunks, chunk_tokens = prompt_chunks(request.prompt)
+        cached = {r: self._prefixes.cached_tokens(r, chunks, chunk_tokens) for r in by_id}
+        order = rank(reports, wants_of(request, cached))
         if order:
             self._choose(order[0])
+            self._prefixes.sent(order[0], chunks)
         return [[by_id[replica_id]] for replica_id in order]

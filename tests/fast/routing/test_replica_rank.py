@@ -7,7 +7,14 @@ from collections import Counter
 import pytest
 
 from app.routing.goodput import CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior
-from app.routing.replica_rank import KV_FULL, ReplicaReport, Wants, rank, time_added_ms
+from app.routing.replica_rank import (
+    HISTORY_MARGIN,
+    KV_FULL,
+    ReplicaReport,
+    Wants,
+    rank,
+    time_added_ms,
+)
 
 
 def report(name: str, running: int = 0, waiting: int = 0, **more: object) -> ReplicaReport:
@@ -83,11 +90,17 @@ def test_past_the_load_bound_a_history_key_spills_to_the_best_other() -> None:
     ]
 
 
-def test_a_few_requests_more_never_move_a_key() -> None:
-    holder = report("holder", running=2, histories=frozenset({"t1|code"}))
-    idle = report("idle")
-    # Twice the average, but only three requests: the key stays with its history.
-    assert rank([idle, holder], Wants(drafts=True, prior=0.6, history="t1|code"))[0] == "holder"
+def test_a_key_leaves_its_history_where_staying_costs_more_than_the_margin() -> None:
+    # On the CPU's line a second sequence costs a step about 6 % more: past the margin, so the
+    # idle replica takes it, though the load bound alone would let the holder keep it.
+    holder = report("holder", running=1, step_cost=CPU_STEP_PRIOR, histories=frozenset({"k"}))
+    idle = report("idle", step_cost=CPU_STEP_PRIOR)
+    wants = Wants(drafts=True, prior=0.6, history="k")
+    assert time_added_ms(holder, wants) > (1 + HISTORY_MARGIN) * time_added_ms(idle, wants)
+    assert rank([holder, idle], wants)[0] == "idle"
+    # On the GPU's line the same batch costs little more: the key stays with its history.
+    gpu_holder = report("holder", running=1, histories=frozenset({"k"}))
+    assert rank([report("idle"), gpu_holder], wants)[0] == "holder"
 
 
 def test_a_new_key_has_one_home_and_keys_spread_over_replicas() -> None:
@@ -104,3 +117,33 @@ def test_a_new_key_has_one_home_and_keys_spread_over_replicas() -> None:
 
 def test_no_replicas_no_ranking() -> None:
     assert rank([], Wants(drafts=False)) == []
+
+
+def test_a_next_turn_goes_back_to_the_replica_holding_its_conversation() -> None:
+    # Equal batches on the CPU's line: the replica whose prefix cache holds 900 of the
+    # prompt's 1,000 tokens spares a step of 900 tokens that everyone there would wait on.
+    left = report("left", running=2, step_cost=CPU_STEP_PRIOR)
+    right = report("right", running=2, step_cost=CPU_STEP_PRIOR)
+    wants = Wants(drafts=False, prompt_tokens=1000, cached_tokens={"right": 900})
+    assert rank([left, right], wants) == ["right", "left"]
+    assert rank([left, right], Wants(drafts=False, prompt_tokens=1000))[0] == "left"
+
+
+def test_a_cached_prefix_is_worth_only_what_it_saves() -> None:
+    # 40 cached tokens do not outweigh a batch of 4 more requests.
+    busy = report("busy", running=4, step_cost=CPU_STEP_PRIOR)
+    idle = report("idle", running=0, step_cost=CPU_STEP_PRIOR)
+    small = Wants(drafts=False, prompt_tokens=50, cached_tokens={"busy": 40})
+    assert rank([busy, idle], small)[0] == "idle"
+    # A long conversation's cache does.
+    long = Wants(drafts=False, prompt_tokens=4000, cached_tokens={"busy": 3900})
+    assert rank([busy, idle], long)[0] == "busy"
+
+
+def test_a_long_uncached_prompt_prefers_fewer_requests_to_stall() -> None:
+    fewer = report("fewer", running=1, step_cost=CPU_STEP_PRIOR)
+    more = report("more", running=4, step_cost=CPU_STEP_PRIOR)
+    short, long = Wants(drafts=False, prompt_tokens=10), Wants(drafts=False, prompt_tokens=2000)
+    gap_short = time_added_ms(more, short) - time_added_ms(fewer, short)
+    gap_long = time_added_ms(more, long) - time_added_ms(fewer, long)
+    assert gap_long > gap_short > 0
