@@ -64,7 +64,7 @@ def shell_commands(markdown: str) -> list[tuple[int, list[str]]]:
 RUN_VALUE_OPTIONS = {
     "-e", "--env", "--env-file", "-p", "--publish", "-v", "--volume", "--mount", "--name",
     "--gpus", "--network", "--ipc", "--shm-size", "--entrypoint", "--cap-add", "--user", "-u",
-    "-w", "--workdir", "--security-opt", "--restart", "--runtime",
+    "-w", "--workdir", "--security-opt", "--restart", "--runtime", "--stop-timeout",
 }  # fmt: skip
 RUN_FLAGS = {"-d", "--detach", "--rm", "-i", "-t", "-it", "--init", "--no-healthcheck"}
 EXEC_VALUE_OPTIONS = {"-e", "--env", "-u", "--user", "-w", "--workdir"}

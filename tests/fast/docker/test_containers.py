@@ -322,6 +322,24 @@ def test_each_readme_command_is_accepted_by_what_receives_it(argv: list[str]) ->
         check_image_args(invocation.target, invocation.args)
 
 
+# `docker stop` waits 10 s by default, then SIGKILLs: a draining specgate loses its streams
+# (scripts/image_check.py saw it). It needs its grace, then up to about 10 s for the engines
+# to stop (vLLM gives each engine core 5 s).
+DRAIN_SECONDS = Settings.model_fields["shutdown_grace_seconds"].default + 10
+
+
+def test_each_container_of_ours_is_given_time_to_drain() -> None:
+    runs = [parse_docker(argv) for _, argv in README_COMMANDS if argv[:2] == ["docker", "run"]]
+    ours = [r for r in runs if r.target in built_images() and "--entrypoint" not in r.options]
+    assert ours
+    for run in ours:
+        assert float(run.options.get("--stop-timeout", ["10"])[-1]) >= DRAIN_SECONDS, run
+    services = [s for s in compose()["services"].values() if s["image"] in built_images()]
+    assert services
+    for service in services:
+        assert float(service.get("stop_grace_period", "10s").removesuffix("s")) >= DRAIN_SECONDS
+
+
 def compose() -> dict[str, Any]:
     loaded: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
     return loaded
