@@ -124,8 +124,7 @@ class FakeEngine(StopsOnExit):
         self.requests.append(request)
         words = prompt_words(request.prompt)
         options = request.options
-        left = self.max_model_len - len(words)
-        limit = options.max_tokens or min(options.default_max_tokens or left, left)
+        limit = self._answer_limit(options, len(words))
         if len(words) + limit > self.max_model_len:
             raise ContextLengthError(
                 f"the request needs {len(words) + limit} tokens; the limit is {self.max_model_len}",
@@ -214,6 +213,11 @@ class FakeEngine(StopsOnExit):
             logprobs=logprobs,
             echo=echo,
         )
+
+    def _answer_limit(self, options: SamplingOptions, prompt_tokens: int) -> int:
+        """The most tokens the answer may have: max_tokens, else what the context leaves."""
+        left = self.max_model_len - prompt_tokens
+        return options.max_tokens or min(options.default_max_tokens or left, left)
 
     async def _pace(self, request: GenerationRequest) -> None:
         """Wait until the engine would have the request's next token."""

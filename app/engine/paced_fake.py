@@ -1,7 +1,7 @@
 """A fake engine whose steps take what a real engine's would: the routing benchmark's replica.
 
 Two real engines do not fit the 2-core machine specgate is developed on, so the benchmark of
-Ray Serve routers (bench/ray_routing.py) runs fake replicas paced like the real one: every
+Ray Serve routers (bench/ray_fake_server.py) runs fake replicas paced like the real one: every
 request in the replica shares one step loop (continuous batching), and each step lasts what
 the real engine's measured step-cost line says for its sequences and tokens (prompt tokens on
 a request's first step, one decoded token per sequence, and the draft tokens verified). What
@@ -28,17 +28,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from app.engine.fake import FakeEngine, prompt_ids_of, prompt_words
 from app.engine.types import GenerationRequest, GenerationStep
 from app.routing.goodput import Candidate, StepCost, StepCostPrior, choose_lengths
+from app.routing.prefix_table import CHUNK_IDS, PrefixTable, prompt_chunks
 from app.vocabulary import SpecDecodeStats
 
-# vLLM's KV block: the prefix cache's unit.
-BLOCK_TOKENS = 16
+# vLLM's KV block: the prefix cache's unit (the prefix table's chunk of token ids).
+BLOCK_TOKENS = CHUNK_IDS
+# The one engine's key in its prefix table (a router's table keys replicas).
+_HERE = ""
 # A prompt this share of which is cached here is a conversation this replica served before.
 SEEN_SHARE = 0.5
 
@@ -115,7 +117,8 @@ class StepClock:
         self.pacing = pacing
         self.line = StepCost(pacing.line, fixed=True)
         self.seats: dict[str, _Seat] = {}
-        self.blocks: OrderedDict[str, None] = OrderedDict()
+        # vLLM's automatic prefix caching: chained keys of the blocks computed here.
+        self.blocks = PrefixTable(keys_per_replica=pacing.cache_blocks)
         # Steps run and tokens computed in them, as an engine's counters would say.
         self.steps = 0
         self.tokens = 0
@@ -123,20 +126,13 @@ class StepClock:
 
     def cached_tokens(self, ids: tuple[int, ...]) -> int:
         """Leading prompt tokens whose blocks this replica has computed (touching them)."""
-        cached = 0
-        for key in _block_keys(ids):
-            if key not in self.blocks:
-                break
-            self.blocks.move_to_end(key)
-            cached += BLOCK_TOKENS
+        chunks, block = prompt_chunks(ids)
+        cached = self.blocks.cached_tokens(_HERE, chunks, block)
+        self.blocks.sent(_HERE, chunks[: cached // block])
         return cached
 
     def remember(self, ids: tuple[int, ...]) -> None:
-        for key in _block_keys(ids):
-            self.blocks[key] = None
-            self.blocks.move_to_end(key)
-        while len(self.blocks) > self.pacing.cache_blocks:
-            self.blocks.popitem(last=False)
+        self.blocks.sent(_HERE, prompt_chunks(ids)[0])
 
     def join(self, request_id: str, seat: _Seat) -> None:
         self.seats[request_id] = seat
@@ -207,7 +203,7 @@ class PacedFakeEngine(FakeEngine):
         if seen and rng.random() < pacing.repeats.get(workload, 0.0):
             chances = pacing.repeating
         draft = pacing.default_draft if request.draft_length is None else request.draft_length
-        limit = self._limit(request, prompt)
+        limit = max(1, self._answer_limit(request.options, prompt))
         adaptive = request.acceptance_prior is not None
         # Blocks already computed cost nothing; the last token is always computed.
         return _Seat(max(1, prompt - cached), limit, draft, adaptive, chances, rng)
@@ -215,11 +211,6 @@ class PacedFakeEngine(FakeEngine):
     @property
     def pacing(self) -> StepPacing:
         return self.clock.pacing
-
-    def _limit(self, request: GenerationRequest, prompt: int) -> int:
-        options = request.options
-        left = self.max_model_len - prompt
-        return max(1, options.max_tokens or min(options.default_max_tokens or left, left))
 
     async def _pace(self, request: GenerationRequest) -> None:
         seat = self._seats[request.request_id]
@@ -231,15 +222,6 @@ class PacedFakeEngine(FakeEngine):
     def _spec(self, request: GenerationRequest, tokens: int) -> SpecDecodeStats | None:
         seat = self._seats.get(request.request_id)
         return seat.stats if seat is not None else None
-
-
-def _block_keys(ids: tuple[int, ...]) -> list[str]:
-    """Each full block's key: a hash of every token up to its end, as vLLM chains them."""
-    keys, running = [], hashlib.sha256()
-    for end in range(BLOCK_TOKENS, len(ids) + 1, BLOCK_TOKENS):
-        running.update(repr(ids[end - BLOCK_TOKENS : end]).encode())
-        keys.append(running.copy().hexdigest()[:32])
-    return keys
 
 
 def _digest(text: str) -> int:

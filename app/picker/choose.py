@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from app.picker.endpoints import Endpoint
 from app.picker.load import EndpointLoad
 from app.picker.request import RequestFacts
-from app.routing.goodput import Candidate, StepCost, StepCostPrior, choose_lengths
+from app.routing.goodput import StepCostPrior
 from app.routing.learner import PRIOR_POSITION_ACCEPTANCE
 from app.routing.replica_rank import (
     EXPECTED_OUTPUT_TOKENS,
     KV_FULL,
     ReplicaReport,
     Wants,
+    draft_length,
     rank,
     time_added_ms,
 )
@@ -96,17 +97,6 @@ def wants_of(
     )
 
 
-def draft_length_at(report: ReplicaReport, wants: Wants) -> int:
-    """The draft length the rule gives the request in the endpoint's batch: the choice
-    `time_added_ms` prices it by, made the same way."""
-    acceptance = report.acceptance.get(wants.workload_class or "", wants.prior or 0.0)
-    if not wants.drafts or acceptance <= 0:
-        return 0
-    line = StepCost(report.step_cost, fixed=True)
-    [length] = choose_lengths([Candidate(wants.max_draft, acceptance)], report.running + 1, line)
-    return length
-
-
 def saturated(load: EndpointLoad, queue_limit: int) -> bool:
     # A full KV cache with a queue behind it preempts whatever joins.
     return load.waiting >= queue_limit or (load.kv_use >= KV_FULL and load.waiting > 0)
@@ -133,7 +123,7 @@ def ordered(
         alike = wants[members[0].replica_id]
         order = rank(members, alike)
         head = next(r for r in members if r.replica_id == order[0])
-        wasted = head.replica_id in always_drafts and draft_length_at(head, alike) == 0
+        wasted = head.replica_id in always_drafts and draft_length(head, alike) == 0
         ranked.append(((head.kv_use >= KV_FULL, time_added_ms(head, alike), wasted), order))
     ranked.sort(key=lambda entry: entry[0])
     return [address for _, order in ranked for address in order]

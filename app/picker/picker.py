@@ -13,7 +13,6 @@ from collections.abc import Callable, Collection, Sequence
 from app.picker.choose import (
     Pick,
     Refusal,
-    draft_length_at,
     ordered,
     report_of,
     saturated,
@@ -27,6 +26,7 @@ from app.picker.request import RequestFacts
 from app.picker.settings import DEFAULT_QUEUE_LIMIT
 from app.routing.goodput import StepCostPrior
 from app.routing.prefix_table import PrefixTable, prompt_chunks, prompt_tokens
+from app.routing.replica_rank import draft_length
 
 # History keys remembered per endpoint: a suffix drafter's tenants and classes it holds.
 HISTORIES_PER_ENDPOINT = 1024
@@ -95,7 +95,7 @@ class Picker:
         always = [a for a in open_ if self.endpoints[a].pool == "drafting"]
         order = ordered(list(reports.values()), wants, always)
         chosen = order[0]
-        length = draft_length_at(reports[chosen], wants[chosen])
+        length = draft_length(reports[chosen], wants[chosen])
         self._sent(chosen, chunks, wants[chosen].history)
         return Pick(
             tuple(order[: 1 + self.fallbacks]),

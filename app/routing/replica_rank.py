@@ -90,6 +90,21 @@ class Wants:
     cached_tokens: Mapping[str, int] = field(default_factory=dict)
 
 
+def _acceptance(report: ReplicaReport, wants: Wants) -> float:
+    """The request's class's acceptance on this replica, or its prior where it has none."""
+    return report.acceptance.get(wants.workload_class or "", wants.prior or 0.0)
+
+
+def draft_length(report: ReplicaReport, wants: Wants) -> int:
+    """The draft length the rule gives the request in this replica's batch (0: none)."""
+    acceptance = _acceptance(report, wants)
+    if not wants.drafts or acceptance <= 0:
+        return 0
+    line = StepCost(report.step_cost, fixed=True)
+    [length] = choose_lengths([Candidate(wants.max_draft, acceptance)], report.running + 1, line)
+    return length
+
+
 def time_added_ms(report: ReplicaReport, wants: Wants) -> float:
     """Milliseconds per output token the request would add on this replica: its own time
     per token, what its joining costs the running requests, the queue ahead of it, and its
@@ -97,11 +112,8 @@ def time_added_ms(report: ReplicaReport, wants: Wants) -> float:
     line = StepCost(report.step_cost, fixed=True)
     running = report.running
     sequences = running + 1
-    acceptance = report.acceptance.get(wants.workload_class or "", wants.prior or 0.0)
-    draft = 0
-    if wants.drafts and acceptance > 0:
-        candidate = Candidate(wants.max_draft, acceptance)
-        [draft] = choose_lengths([candidate], sequences, line)
+    acceptance = _acceptance(report, wants)
+    draft = draft_length(report, wants)
     tokens = expected_tokens(acceptance, draft)
     before = line.predict(running, running) if running else 0.0
     after = line.predict(sequences, sequences + draft, drafting=draft > 0)

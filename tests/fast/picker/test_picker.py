@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from app.picker.choose import Pick, Refusal, draft_length_at, report_of, wants_of
+from app.picker.choose import Pick, Refusal, report_of, wants_of
 from app.picker.endpoints import Endpoint
 from app.picker.load import EndpointLoad, LoadBook
 from app.picker.picker import Picker
 from app.picker.request import RequestFacts, read_request
 from app.routing.goodput import CPU_STEP_PRIOR, GPU_STEP_PRIOR
+from app.routing.replica_rank import draft_length
 
 A, B = "10.0.0.1:8000", "10.0.0.2:8000"
 CODE_EDIT = "Fix the bug:\ndef f(x):\n    return x +\nprint(f(1))\n"
@@ -147,5 +148,5 @@ def test_the_draft_length_is_the_one_the_rule_prices() -> None:
     lengths = []
     for running in (0, 4, 16):
         report = report_of(endpoint, EndpointLoad(running=running), CPU_STEP_PRIOR, frozenset())
-        lengths.append(draft_length_at(report, wants_of(request, endpoint, True, 10, {})))
+        lengths.append(draft_length(report, wants_of(request, endpoint, True, 10, {})))
     assert lengths[0] == 5 and lengths[0] > lengths[1] > lengths[2] == 0
