@@ -235,6 +235,14 @@ class Settings(BaseSettings):
         description="On CPUs with two engines: split the cores between them, or share them",
         json_schema_extra=_cli("engines"),
     )
+    # vLLM's CPU image preloads tcmalloc and Intel's OpenMP; its worker warns that speculative
+    # steps without them are much slower. 'recommended' spawns CPU engines with both preloaded
+    # where found (app/engine/cpu_runtime.py); 'inherited' leaves LD_PRELOAD as the gateway's.
+    cpu_runtime: Literal["recommended", "inherited"] = Field(
+        "recommended",
+        description="CPU engines: tcmalloc and Intel OpenMP preloaded, as vLLM advises",
+        json_schema_extra=_cli("engines"),
+    )
     enforce_eager: bool | None = Field(
         None,
         description="Skip torch.compile and CUDA graphs",

@@ -123,6 +123,13 @@ ARM_TABLE: tuple[LoadArm, ...] = (
     # Never drafting with vLLM's own RMSNorm on CPUs (app/engine/cpu_kernels.py), for the
     # kernels' regression check against never-one.
     LoadArm("never-one-reference", "off", ONE, env=(("SPECGATE_CPU_KERNELS", "reference"),)),
+    # The CPU runtime vLLM recommends left out (issue 40's paired check): specgate's engines
+    # and vLLM's server as they ran before it, LD_PRELOAD empty.
+    LoadArm("never-one-bare", "off", ONE, env=(("SPECGATE_CPU_RUNTIME", "inherited"),)),
+    LoadArm("auto-one-bare", "auto", ONE, env=(("SPECGATE_CPU_RUNTIME", "inherited"),)),
+    LoadArm(
+        "vllm-plain-all-bare", None, server="vllm", whole_machine=True, env=(("LD_PRELOAD", ""),)
+    ),
     # vLLM's own server: its default binding (one core reserved), then every core computing.
     LoadArm("vllm-plain", None, server="vllm"),
     LoadArm("vllm-plain-all", None, server="vllm", whole_machine=True),

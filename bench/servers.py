@@ -35,6 +35,7 @@ import httpx
 import psutil
 
 from app.engine.cpu_cores import NUMBA_DEFAULTS
+from app.engine.cpu_runtime import recommended_preload
 
 logger = logging.getLogger("bench.servers")
 
@@ -108,7 +109,10 @@ def vllm_spec(
         "--kv-cache-memory-bytes",
         str(512 * 1024 * 1024),
     ]
-    env = dict(env or {})
+    # As vLLM's CPU image runs it: tcmalloc and Intel's OpenMP preloaded, found where
+    # specgate's engines find them (an env with LD_PRELOAD, even empty, keeps its own).
+    preload = recommended_preload(True)
+    env = {**({"LD_PRELOAD": preload} if preload else {}), **(env or {})}
     if speculative:
         config = NGRAM_CONFIG if speculative is True else speculative
         args += ["--speculative-config", json.dumps(config)]

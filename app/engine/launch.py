@@ -20,6 +20,7 @@ import psutil
 from app.embedded_model import prepare_embedded_model
 from app.engine.base import Engine
 from app.engine.cpu_cores import bound_to, core_plan, keep_numba_off_the_cores, whole_machine
+from app.engine.cpu_runtime import preloaded, recommended_preload
 from app.engine.memory_plan import DeviceFacts, Layout, check_plan, choose_layout, needs
 from app.engine.remote import RemoteEngine
 from app.settings import Settings
@@ -72,11 +73,12 @@ async def start_vllm_engines(
     # one after the other.
     together = on_cpu()
     cores = core_plan(settings.engine_cpus, routes) if together else {}
+    preload = cpu_preload(settings, on_cpu())
     starting: dict[Route, asyncio.Task[VllmEngine]] = {}
     for route in routes:
         if route in cores:
             logger.info("the %s engine computes on CPU cores %s", route, cores[route])
-        with bound_to(cores.get(route)), visible_devices(settings, route):
+        with bound_to(cores.get(route)), preloaded(preload), visible_devices(settings, route):
             before = engine_core_children()
             task = asyncio.create_task(
                 asyncio.to_thread(VllmEngine.start, settings, model_path, route)
@@ -158,6 +160,16 @@ def engine_core_children() -> set[int]:
     return found
 
 
+def cpu_preload(settings: Settings, cpu: bool) -> str | None:
+    """The LD_PRELOAD CPU engine cores are spawned with (None: the gateway's own)."""
+    if not cpu:
+        return None
+    value = recommended_preload(settings.cpu_runtime == "recommended")
+    if value is not None:
+        logger.info("CPU engines start with LD_PRELOAD=%s", value)
+    return value
+
+
 async def spawned(task: asyncio.Task[object], before: set[int]) -> None:
     """Wait until an engine core process beyond `before` exists, or the start has ended."""
     while not task.done() and not engine_core_children() - before:
@@ -176,7 +188,7 @@ async def _start_shared_engine(
     cores = whole_machine() if on_cpu() else None
     if cores is not None:
         logger.info("the shared engine computes on CPU cores %s", cores)
-    with bound_to(cores):
+    with bound_to(cores), preloaded(cpu_preload(settings, on_cpu())):
         engine = await asyncio.to_thread(
             VllmEngine.start, settings, model_path, "speculative", True
         )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 from openai import AsyncOpenAI, BadRequestError, OpenAI
 
@@ -31,6 +33,20 @@ def test_one_engine_serves_both_routes(server: ServerProcess) -> None:
     log = server.log_path.read_text()
     assert log.count("KV cache size:") == 1, "one engine core, one KV cache"
     assert "shared engine ready" in log
+
+
+def test_the_engine_core_runs_the_cpu_runtime_vllm_recommends(server: ServerProcess) -> None:
+    """tcmalloc and Intel's OpenMP (`make install` provides both) are loaded in the engine
+    core, where the steps run, and the gateway's own process is left as it started."""
+    gateway = psutil.Process(server.process.pid)
+    cores = [p for p in gateway.children(recursive=True) if "EngineCore" in " ".join(p.cmdline())]
+    assert cores, "no engine core process found"
+    mapped = {Path(m.path).name for m in cores[0].memory_maps()}
+    assert "libiomp5.so" in mapped
+    # A system copy maps as its versioned file (libtcmalloc_minimal.so.4.5.10).
+    assert any(name.startswith("libtcmalloc_minimal.so.4") for name in mapped)
+    assert "LD_PRELOAD" not in gateway.environ()
+    assert "CPU engines start with LD_PRELOAD=" in server.log_path.read_text()
 
 
 @pytest.mark.parametrize("k", [1, 3])
