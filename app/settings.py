@@ -16,11 +16,11 @@ from urllib.parse import urlsplit
 from pydantic import Field, JsonValue, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.drafters import default_draft_tokens, default_drafter
 from app.embedded_model import MODEL_NAME as EMBEDDED_MODEL_NAME
 from app.vocabulary import Route
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "specgate"
-DEFAULT_NGRAM_TOKENS = 5
 
 
 # The sections of --help, in the order the fields below open them.
@@ -109,13 +109,15 @@ class Settings(BaseSettings):
     speculative_model: str | None = Field(
         None,
         description="Draft model id or folder of the speculative engine",
-        json_schema_extra=_cli("speculation", "MODEL", unset="none, ngram prompt lookup"),
+        json_schema_extra=_cli("speculation", "MODEL", unset="none; suffix trees draft"),
     )
     num_speculative_tokens: int | None = Field(
         None,
         gt=0,
         description="Tokens drafted per step (K)",
-        json_schema_extra=_cli("speculation", "N", unset=str(DEFAULT_NGRAM_TOKENS)),
+        json_schema_extra=_cli(
+            "speculation", "N", unset="32 for the default suffix trees, 5 for ngram"
+        ),
     )
     speculative_draft_tensor_parallel_size: int | None = Field(
         None,
@@ -124,11 +126,12 @@ class Settings(BaseSettings):
         json_schema_extra=_cli("speculation", "N", unset="vLLM's choice"),
     )
     # Any method vLLM offers (ngram, draft_model, eagle, eagle3, mtp, suffix, ...). The three
-    # flags above are merged into it; with none of them, the engine uses ngram prompt lookup.
+    # flags above are merged into it; with none of them, the engine drafts with app/drafters.py's
+    # default (suffix trees, or ngram prompt lookup where arctic-inference is missing).
     speculative_config: dict[str, Any] | None = Field(
         None,
         description="vLLM's speculative_config, any method; the flags above merge into it",
-        json_schema_extra=_cli("speculation", "JSON", unset="ngram lookup"),
+        json_schema_extra=_cli("speculation", "JSON", unset="suffix trees"),
     )
 
     # One engine's per-step draft lengths weigh what drafting yields against a step-cost line
@@ -680,14 +683,9 @@ class Settings(BaseSettings):
                 )
             config[key] = value
         if "method" not in config and "model" not in config:
-            # Prompt lookup needs no second model, so it is the default on the embedded model.
-            config = {
-                "method": "ngram",
-                "prompt_lookup_min": 2,
-                "prompt_lookup_max": 5,
-                **config,
-            }
-        config.setdefault("num_speculative_tokens", DEFAULT_NGRAM_TOKENS)
+            # Neither a method nor a draft model: the measured default (app/drafters.py).
+            config = {**default_drafter(), **config}
+        config.setdefault("num_speculative_tokens", default_draft_tokens(config))
         return config
 
     @property

@@ -100,6 +100,8 @@ ARM_TABLE: tuple[LoadArm, ...] = (
     LoadArm("never-one", "off", ONE),
     LoadArm("always-one", "on", ONE),
     LoadArm("auto-one", "auto", ONE),
+    # The default until issue 40: n-gram prompt lookup (K 5, window 2-5).
+    LoadArm("auto-one-ngram", "auto", (*ONE, "--speculative-config", json.dumps(NGRAM_CONFIG))),
     # The same over suffix trees (arctic-inference): the prompt's and earlier answers'.
     LoadArm("auto-one-suffix", "auto", (*ONE, "--speculative-config", '{"method": "suffix"}')),
     # The same engine as a Ray Serve replica behind the gateway as Serve's ingress (its
@@ -503,6 +505,11 @@ def run_group(
     records: list[Record] = []
     name, log_name = server_names(args, group, repeat)
     spec = replace(server_spec(group[0], args, args.out_dir / "logs" / log_name), name=log_name)
+    if group[0].server == "specgate":
+        # Every engine step's shape, drafts and time (app/engine/draft_length.py), to tell a
+        # losing round from a winning one (issue 40).
+        trace = args.out_dir / "logs" / f"{log_name}.steps.jsonl"
+        spec = replace(spec, env={**spec.env, "SPECGATE_STEP_TRACE": str(trace)})
     info: dict[str, Any] = {
         "name": name,
         "repeat": repeat,

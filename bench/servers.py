@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 import psutil
 
+from app.drafters import NGRAM
 from app.engine.cpu_cores import NUMBA_DEFAULTS
 from app.engine.cpu_runtime import recommended_preload
 
@@ -44,12 +45,7 @@ START_TIMEOUT_S = 900.0  # a cold start converts the model and compiles both eng
 STOP_GRACE_S = 90.0  # SIGTERM to exit; then SIGKILL
 LEFTOVER_GRACE_S = 10.0  # for children to notice their parent is gone, before signalling them
 
-NGRAM_CONFIG = {
-    "method": "ngram",
-    "num_speculative_tokens": 5,
-    "prompt_lookup_min": 2,
-    "prompt_lookup_max": 5,
-}
+NGRAM_CONFIG = NGRAM
 
 
 class ServerError(RuntimeError):

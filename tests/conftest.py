@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.drafters import NGRAM
 from app.engine.fake import FakeEngine
 from app.main import create_app
 from app.settings import Settings
@@ -72,7 +73,8 @@ async def make_client() -> AsyncIterator[ClientFactory]:
                 "speculative": FakeEngine("speculative", **engine_options),  # type: ignore[arg-type]
                 "plain": FakeEngine("plain", **engine_options),  # type: ignore[arg-type]
             }
-            settings = settings or Settings(routing_exploration=0)
+            # The fake engines stand for an n-gram engine (their drafts replay prompt lookup).
+            settings = settings or Settings(routing_exploration=0, speculative_config=NGRAM)
             app = create_app(settings, engines)  # type: ignore[arg-type]
             # ASGITransport does not run the lifespan; enter it ourselves.
             await stack.enter_async_context(app.router.lifespan_context(app))

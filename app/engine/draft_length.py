@@ -111,6 +111,7 @@ class DraftLengthScheduler(Scheduler):
             )
             if STEP_TRACE:
                 self._trace = {
+                    "t": round(time.time(), 3),
                     "sequences": sequences,
                     "tokens": output.total_num_scheduled_tokens,
                     "drafting": len(output.scheduled_spec_decode_tokens),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import astuple
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
+from app.drafters import NGRAM
 from app.embedded_model import MODEL_NAME
 from app.routing.goodput import CPU_STEP_PRIOR
 from app.settings import Settings
@@ -21,6 +23,10 @@ ADMISSION_ARGS = [
     "--max-queued-requests",
     str(MAX_QUEUED),
 ]
+
+# These tests were written for n-gram prompt lookup's drafts (copies of the prompt): they
+# name it, whatever the default drafter (app/drafters.py).
+NGRAM_ARGS = ("--speculative-config", json.dumps(NGRAM))
 
 # --draft-step-cost holding the CPU prior's step-cost line: what `auto` drafts then depends
 # on acceptance and the batch alone, not on how busy the machine is (a line learned on a
@@ -36,7 +42,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     # No exploration: auto routing must be reproducible here. Small admission limits, so
     # that test_load.py can push far past them.
     with package_server(
-        ["--engine-layout", "two", "--routing-exploration", "0", *ADMISSION_ARGS], log
+        ["--engine-layout", "two", *NGRAM_ARGS, "--routing-exploration", "0", *ADMISSION_ARGS],
+        log,
     ) as process:
         yield process
 

@@ -13,6 +13,7 @@ import pytest
 from tests.engine.conftest import (
     ADMISSION_ARGS,
     HELD_CPU_STEP_COST,
+    NGRAM_ARGS,
     async_client,
     model_dir,
     sync_client,
@@ -28,6 +29,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     # These tests check what the rule does with each request's acceptance: the line is held.
     args = [
         "--engine-layout", "one",
+        *NGRAM_ARGS,
         "--routing-exploration", "0",
         *HELD_CPU_STEP_COST,
         *ADMISSION_ARGS,

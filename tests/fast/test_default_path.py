@@ -1,7 +1,7 @@
 """The default request path over HTTP, on fake engines that expose token ids as vLLM's do.
 
 Every figure here follows from the fake's script (the prompt's words, round and round) and
-vLLM's ngram settings as specgate defaults them (k 5, n-grams of 2 to 5): see `REPLAYED`.
+vLLM's ngram settings as app/drafters.py names them (k 5, n-grams of 2 to 5): see `REPLAYED`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 from openai import AsyncOpenAI
 
+from app.drafters import NGRAM
 from app.engine.fake import FakeEngine, token_id
 from app.engine.types import GenerationRequest, GenerationStep, SamplingOptions
 from app.main import create_app
@@ -235,7 +236,10 @@ async def one_engine(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClien
 
 
 async def test_one_engine_chooses_the_draft_length_from_a_prior() -> None:
-    async with one_engine(Settings(routing_exploration=0)) as (client, engine):
+    async with one_engine(Settings(routing_exploration=0, speculative_config=NGRAM)) as (
+        client,
+        engine,
+    ):
         response = await client.post(CHAT, json=chat_body())
         answer = response.json()
         assert answer["choices"][0]["message"]["content"] == ANSWER

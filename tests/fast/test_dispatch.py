@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from app.dispatch import Dispatcher
+from app.drafters import NGRAM
 from app.engine.fake import FakeEngine
 from app.engine.types import SamplingOptions
 from app.main import build_gateway
@@ -19,7 +20,9 @@ AUTO, ON, OFF = ClientChoice("auto"), ClientChoice("on"), ClientChoice("off")
 
 def dispatcher() -> Dispatcher:
     engines = {"speculative": FakeEngine("speculative"), "plain": FakeEngine("plain")}
-    settings = Settings(routing_exploration=0, routing_max_speculative_load=4)
+    settings = Settings(
+        routing_exploration=0, routing_max_speculative_load=4, speculative_config=NGRAM
+    )
     return build_gateway(settings, engines).dispatcher  # type: ignore[arg-type]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.api.speculative_header import checked, parse_header
+from app.drafters import NGRAM
 from app.engine.fake import FakeEngine
 from app.engine.types import SamplingOptions
 from app.errors import InvalidRequestError
@@ -27,7 +28,7 @@ def decide(gate: Gateway, header: str, features: object) -> RouteDecision:
 def embedded_gateway() -> tuple[Gateway, FakeEngine, FakeEngine]:
     speculative = FakeEngine("speculative", per_request_draft_length=True)
     plain = FakeEngine("plain")
-    settings = Settings(routing_exploration=0)
+    settings = Settings(routing_exploration=0, speculative_config=NGRAM)  # K 5
     gate = build_gateway(settings, {"speculative": speculative, "plain": plain})  # type: ignore[dict-item]
     return gate, speculative, plain
 

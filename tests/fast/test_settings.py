@@ -4,6 +4,8 @@ import pytest
 from pydantic import ValidationError
 from pydantic_settings import CliApp
 
+from app import drafters
+from app.drafters import SUFFIX
 from app.settings import Settings
 
 SEED_COMMAND = [
@@ -43,11 +45,27 @@ def test_the_memory_budget_is_split_between_the_engines() -> None:
     assert skewed.engine_memory_fraction(speculative=True) == pytest.approx(0.69)
 
 
-def test_without_speculation_flags_the_engine_uses_ngram_prompt_lookup() -> None:
+def test_without_speculation_flags_the_engine_drafts_from_suffix_trees(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = parse([]).engine_speculative_config()
+    assert config == SUFFIX
+    assert config["num_speculative_tokens"] == 32
+    # Without arctic-inference, n-gram prompt lookup, which needs nothing beyond vLLM.
+    monkeypatch.setattr(drafters, "suffix_available", lambda: False)
     config = parse([]).engine_speculative_config()
     assert config["method"] == "ngram"
     assert config["num_speculative_tokens"] == 5
     assert config["prompt_lookup_min"] <= config["prompt_lookup_max"]
+
+
+def test_the_suffix_method_drafts_up_to_its_tree_depth_as_in_vllm() -> None:
+    # specgate once gave it n-gram's K of 5: a fifth of what vLLM's suffix arm drafts.
+    config = parse(["--speculative-config", '{"method": "suffix"}']).engine_speculative_config()
+    assert config["num_speculative_tokens"] == 24
+    deep = '{"method": "suffix", "suffix_decoding_max_tree_depth": 40}'
+    config = parse(["--speculative-config", deep]).engine_speculative_config()
+    assert config["num_speculative_tokens"] == 40
 
 
 @pytest.mark.parametrize(

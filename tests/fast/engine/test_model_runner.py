@@ -12,6 +12,7 @@ import pytest
 import vllm.config.vllm as vllm_config_module
 from vllm.config import ModelConfig, VllmConfig
 
+from app.drafters import NGRAM
 from app.engine.base import EngineFacts
 from app.engine.capabilities import drafting_refusal
 from app.engine.model_runner import RUNNER_VARIABLE, pinned_runner, runner_of
@@ -72,6 +73,6 @@ def test_the_draft_replay_steps_aside_when_the_engine_runs_v2() -> None:
         facts = EngineFacts(2048, exposes_token_ids=True, draft_replay_matches=matches)
         return SimpleNamespace(facts=facts)
 
-    settings = Settings()
+    settings = Settings(speculative_config=NGRAM)  # the replay is n-gram's
     assert ngram_config(settings, {"speculative": engine(False), "plain": engine(False)})
     assert ngram_config(settings, {"speculative": engine(True), "plain": engine(False)}) is None
