@@ -224,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
         for repeat, arm in order:
             spec = server_spec(arm, specs)  # type: ignore[arg-type]
             spec = replace(spec, name=f"{spec.name}.r{repeat}")
+            if arm.server == "specgate":  # every engine step's shape, drafts and time
+                trace = run.folder / "logs" / f"{spec.name}.steps.jsonl"
+                spec = replace(spec, env={**spec.env, "SPECGATE_STEP_TRACE": str(trace)})
             try:
                 with serve(spec, free_port(), run.folder / "logs", args.startup_timeout) as srv:
                     found = asyncio.run(run_arm(srv.base_url, arm, plan, args.model_name))
