@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from app.drafters import NGRAM
 from app.embedded_model import prepare_embedded_model
 from app.engine.cpu_cores import NUMBA_DEFAULTS
 from app.settings import Settings
@@ -65,12 +66,7 @@ class Platform:
 
     def speculative_config(self, method: str) -> dict[str, Any]:
         if method == "ngram":
-            config: dict[str, Any] = {
-                "method": "ngram",
-                "num_speculative_tokens": 5,
-                "prompt_lookup_min": 2,
-                "prompt_lookup_max": 5,
-            }
+            config: dict[str, Any] = dict(NGRAM)
         else:
             config = {
                 "method": "draft_model",

@@ -96,7 +96,7 @@ class DraftLengthScheduler(Scheduler):
         # the drafter's confidence in each (and its match's length) where it gives one.
         self._proposed: dict[str, tuple[list[int], Confidence | None]] = {}
         self._step_started: tuple[float, int, int, bool] | None = None
-        self._trace: dict[str, int] = {}
+        self._trace: dict[str, float] = {}
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         output = super().schedule(*args, **kwargs)
