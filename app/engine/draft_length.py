@@ -94,7 +94,7 @@ class DraftLengthScheduler(Scheduler):
         self.planner = platform_planner(vllm_config.additional_config)
         # Per request, every token proposed for the coming step, verified or held back, and
         # the drafter's confidence in each (and its match's length) where it gives one.
-        self._proposed: dict[str, tuple[list[int], Confidence | None]] = {}
+        self._proposed: dict[str, tuple[list[int], Confidence | None, bool]] = {}
         self._step_started: tuple[float, int, int, bool] | None = None
         self._trace: dict[str, float] = {}
 
@@ -135,12 +135,16 @@ class DraftLengthScheduler(Scheduler):
             if step_cost.samples % STEP_COST_LOG_EVERY == 0:
                 logger.info(
                     "step cost line: %s; drafter confidence calibrated (per range of match"
-                    " lengths, per tenth of probability: chance, observations): %s",
+                    " lengths, per tenth of probability: chance, observations): greedy %s,"
+                    " sampled %s",
                     step_cost.snapshot(),
-                    [
-                        [(round(chance, 3), round(seen)) for chance, seen in cells]
-                        for cells in self.planner.calibration.snapshot()
-                    ],
+                    *(
+                        [
+                            [(round(chance, 3), round(seen)) for chance, seen in cells]
+                            for cells in table.snapshot()
+                        ]
+                        for table in (self.planner.calibration, self.planner.sampled_calibration)
+                    ),
                 )
         self._learn_acceptance(model_runner_output)
         return super().update_from_output(scheduler_output, model_runner_output)
@@ -148,12 +152,14 @@ class DraftLengthScheduler(Scheduler):
     def _learn_acceptance(self, model_runner_output: ModelRunnerOutput) -> None:
         sampled = model_runner_output.sampled_token_ids
         index = model_runner_output.req_id_to_index
-        for request_id, (proposed, confidence) in self._proposed.items():
+        for request_id, (proposed, confidence, samples) in self._proposed.items():
             position = index.get(request_id)
             if position is not None and position < len(sampled):
                 produced = list(sampled[position])
                 probabilities, match = confidence if confidence else (None, 0)
-                self.planner.observe_drafts(request_id, proposed, produced, probabilities, match)
+                self.planner.observe_drafts(
+                    request_id, proposed, produced, probabilities, match, samples
+                )
         self._proposed = {}
 
     def update_draft_token_ids(self, draft_token_ids: DraftTokenIds) -> None:
@@ -170,14 +176,15 @@ class DraftLengthScheduler(Scheduler):
             extra_args = request.sampling_params.extra_args
             offered = proposals[i][: draft_limit(extra_args, k)]
             confidence: Confidence | None = confidences[i] if confidences else None
+            samples = is_sampled(request.sampling_params)
             if proposals[i] and not request.is_prefill_chunk:
-                self._proposed[request_id] = (list(proposals[i]), confidence)
+                self._proposed[request_id] = (list(proposals[i]), confidence, samples)
             chosen.append((i, offered))
             # The planner reads the probabilities of the tokens on offer only.
             probabilities, match = confidence or ((), 0)
             prior = acceptance_prior(extra_args)
             offers.append(
-                Offer(request_id, len(offered), prior, tuple(probabilities) or None, match)
+                Offer(request_id, len(offered), prior, tuple(probabilities) or None, match, samples)
             )
         lengths = self.planner.lengths(offers, len(self.running))
         for (i, offered), length in zip(chosen, lengths, strict=True):
@@ -213,6 +220,11 @@ class DraftLengthScheduler(Scheduler):
             scheduler_output.num_scheduled_tokens[request_id] -= excess
             scheduler_output.total_num_scheduled_tokens -= excess
         super()._update_after_schedule(scheduler_output)
+
+
+def is_sampled(params: SamplingParams) -> bool:
+    """The request samples: a draft lands by the target's probability of each token."""
+    return params.temperature > 0 and params.top_k != 1
 
 
 def never_drafts(extra_args: dict[str, Any] | None) -> bool:

@@ -48,13 +48,21 @@ class Offer:
     # position.
     confidence: tuple[float, ...] | None = None
     match_length: int = 0
+    # The request samples (temperature above 0): its drafts land by the target's probability
+    # of each token, not by whether the token is its argmax, so its confidence is calibrated
+    # apart from greedy requests'.
+    sampled: bool = False
 
 
 class DraftPlanner:
     def __init__(self, step_prior: StepCostPrior, fixed_step_cost: bool = False) -> None:
         self.step_cost = StepCost(step_prior, fixed_step_cost)
         self._acceptance: dict[str, AcceptanceEstimate] = {}
-        self.calibration = ConfidenceCalibration()
+        # The same drafter probability lands far less often for a sampled request than for
+        # a greedy one: calibrated in one table, creative prompts at temperature 1 drafted on
+        # the greedy requests' record and lost 40-70 % to never drafting (issue 40).
+        self.calibration = ConfidenceCalibration()  # greedy requests'
+        self.sampled_calibration = ConfidenceCalibration()
         self._steps_without_drafts = 0
 
     def lengths(self, offers: Sequence[Offer], sequences: int) -> list[int]:
@@ -68,7 +76,8 @@ class DraftPlanner:
             positions = None
             if offer.confidence:
                 offered = offer.confidence[: offer.available]
-                positions = self.calibration.positions(offered, offer.match_length)
+                table = self.calibration_for(offer.sampled)
+                positions = table.positions(offered, offer.match_length)
             candidates.append(
                 Candidate(
                     offer.available,
@@ -89,6 +98,9 @@ class DraftPlanner:
         """A step's time: `tokens` computed in all (prompt chunks included)."""
         self.step_cost.observe(sequences, tokens, drafting, ms)
 
+    def calibration_for(self, sampled: bool) -> ConfidenceCalibration:
+        return self.sampled_calibration if sampled else self.calibration
+
     def observe_drafts(
         self,
         request_id: str,
@@ -96,6 +108,7 @@ class DraftPlanner:
         produced: Sequence[int],
         confidence: Sequence[float] | None = None,
         match_length: int = 0,
+        sampled: bool = False,
     ) -> None:
         """A step's outcome for one request: every draft proposed for it (verified or held
         back) against the tokens the step produced, with the drafter's confidence in each
@@ -104,7 +117,7 @@ class DraftPlanner:
         if found is not None:
             self.observe_outcome(request_id, *found)
             if confidence:
-                self.calibration.observe(confidence, *found, match_length)
+                self.calibration_for(sampled).observe(confidence, *found, match_length)
 
     def observe_outcome(self, request_id: str, hits: int, missed: bool) -> None:
         """A step's outcome for one request known only by count: `hits` verified drafts

@@ -86,3 +86,16 @@ def test_the_planner_learns_per_match_length() -> None:
     sure = (1.0, 1.0, 1.0, 1.0)
     assert planner.lengths([Offer("r", 4, 0.9, sure, match_length=1)], sequences=1) == [0]
     assert planner.lengths([Offer("r", 4, 0.9, sure, match_length=30)], sequences=1) == [4]
+
+
+def test_sampled_requests_are_calibrated_apart_from_greedy_ones() -> None:
+    planner = DraftPlanner(CPU_STEP_PRIOR, fixed_step_cost=True)
+    sure = (0.95, 0.95, 0.95, 0.95)
+    # Stories at temperature 1 drafted from earlier stories: the drafter is sure, and wrong.
+    for _ in range(200):
+        planner.observe_drafts("story", [1, 2], [5], confidence=[0.95, 0.95], sampled=True)
+        planner.observe_drafts("copy", [1, 2], [1, 2, 3], confidence=[0.95, 0.95])
+    assert planner.sampled_calibration.value(0.95) < 0.05
+    assert planner.calibration.value(0.95) == MOST_LIKELY
+    offers = [Offer("copy", 4, 0.9, sure), Offer("story", 4, 0.9, sure, sampled=True)]
+    assert planner.lengths(offers, sequences=2) == [4, 0]
