@@ -132,6 +132,14 @@ ARM_TABLE: tuple[LoadArm, ...] = (
     LoadArm(
         "vllm-plain-all-bare", None, server="vllm", whole_machine=True, env=(("LD_PRELOAD", ""),)
     ),
+    LoadArm(
+        "vllm-suffix-all-bare",
+        None,
+        server="vllm",
+        speculative_config={"method": "suffix"},
+        whole_machine=True,
+        env=(("LD_PRELOAD", ""),),
+    ),
     # vLLM's own server: its default binding (one core reserved), then every core computing.
     LoadArm("vllm-plain", None, server="vllm"),
     LoadArm("vllm-plain-all", None, server="vllm", whole_machine=True),
