@@ -102,6 +102,7 @@ ARM_TABLE: tuple[LoadArm, ...] = (
     LoadArm("auto-one", "auto", ONE),
     # The default until issue 40: n-gram prompt lookup (K 5, window 2-5).
     LoadArm("auto-one-ngram", "auto", (*ONE, "--speculative-config", json.dumps(NGRAM_CONFIG))),
+    LoadArm("never-one-ngram", "off", (*ONE, "--speculative-config", json.dumps(NGRAM_CONFIG))),
     # The same over suffix trees (arctic-inference): the prompt's and earlier answers'.
     LoadArm("auto-one-suffix", "auto", (*ONE, "--speculative-config", '{"method": "suffix"}')),
     # The same engine as a Ray Serve replica behind the gateway as Serve's ingress (its
