@@ -36,7 +36,7 @@ from bench.agent_sessions import KINDS, Session, sessions
 from bench.load_phases import ARM_TABLE, LoadArm, server_spec
 from bench.manifest import recorded_run
 from bench.run import MODEL_DIR, MODEL_NAME, stop_on_sigterm
-from bench.servers import ServerError, free_port, serve
+from bench.servers import ServerError, free_port, serve, traced
 
 logger = logging.getLogger("bench.agent_traffic")
 
@@ -224,9 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         for repeat, arm in order:
             spec = server_spec(arm, specs)  # type: ignore[arg-type]
             spec = replace(spec, name=f"{spec.name}.r{repeat}")
-            if arm.server == "specgate":  # every engine step's shape, drafts and time
-                trace = run.folder / "logs" / f"{spec.name}.steps.jsonl"
-                spec = replace(spec, env={**spec.env, "SPECGATE_STEP_TRACE": str(trace)})
+            if arm.server == "specgate":
+                spec = traced(spec, run.folder / "logs")
             try:
                 with serve(spec, free_port(), run.folder / "logs", args.startup_timeout) as srv:
                     found = asyncio.run(run_arm(srv.base_url, arm, plan, args.model_name))

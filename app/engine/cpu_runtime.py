@@ -22,8 +22,12 @@ from pathlib import Path
 logger = logging.getLogger("specgate.engine")
 
 PRELOAD_VARIABLE = "LD_PRELOAD"
+TCMALLOC = "libtcmalloc_minimal.so.4"
+IOMP = "libiomp5.so"
 # In the order vLLM's CPU image preloads them: the allocator first.
-LIBRARIES = ("libtcmalloc_minimal.so.4", "libiomp5.so")
+LIBRARIES = (TCMALLOC, IOMP)
+# What any build of each is called: an operator's full tcmalloc counts as tcmalloc.
+FAMILIES = {TCMALLOC: "libtcmalloc", IOMP: "libiomp"}
 SYSTEM_DIRS = (
     Path("/usr/lib/x86_64-linux-gnu"),
     Path("/usr/lib/aarch64-linux-gnu"),
@@ -56,8 +60,7 @@ def preload_value(existing: str | None, libraries: Sequence[Path]) -> str | None
     when there is nothing to add."""
     entries = [e for e in (existing or "").replace(" ", ":").split(":") if e]
     named = " ".join(Path(e).name for e in entries)
-    stems = {"libtcmalloc_minimal.so.4": "libtcmalloc", "libiomp5.so": "libiomp"}
-    added = [str(lib) for lib in libraries if stems.get(lib.name, lib.name) not in named]
+    added = [str(lib) for lib in libraries if FAMILIES.get(lib.name, lib.name) not in named]
     if not added:
         return None
     return ":".join([*added, *entries])
@@ -67,14 +70,15 @@ def recommended_preload(enabled: bool, prefix: str = sys.prefix) -> str | None:
     """The LD_PRELOAD an engine core should be spawned with, or None to leave it as it is."""
     if not enabled or not sys.platform.startswith("linux"):
         return None
-    found = find_libraries(search_dirs(prefix))
+    dirs = search_dirs(prefix)
+    found = find_libraries(dirs)
     missing = [name for name in LIBRARIES if name not in found]
     if missing:
         logger.warning(
             "CPU engines start without %s preloaded (not found in %s): vLLM's speculative "
             "steps are slower without Intel OpenMP; `make install` provides both",
             ", ".join(missing),
-            ", ".join(str(d) for d in search_dirs(prefix)),
+            ", ".join(str(d) for d in dirs),
         )
     return preload_value(os.environ.get(PRELOAD_VARIABLE), list(found.values()))
 
