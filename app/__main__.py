@@ -80,7 +80,7 @@ def _command_line(process: psutil.Process) -> str:
 
 def _serve_on_ray(settings: Settings) -> int:
     try:
-        from app.serve_ray.run import serve_on_ray
+        from app.serve_ray.deploy import serve_on_ray
     except ImportError as exc:
         print(
             f"specgate: --ray-replicas needs Ray Serve ({exc.name} is missing): "

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.engine.types import ChatMessage
+from app.engine.generation import ChatMessage
 from app.errors import InvalidRequestError
 from app.tool_calls import CallParser, CallParsers, Function, ToolCallMode
 from app.tool_envelope import EnvelopeParser, answers_tool_results, described, envelope_schema

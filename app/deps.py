@@ -10,7 +10,7 @@ from fastapi import Depends, Header, Request
 from app.api.speculative_header import HEADER, HEADER_PATTERN, checked, parse_header
 from app.auto_tools import AutoToolChoice
 from app.dispatch import Dispatcher
-from app.engine.base import Engine
+from app.engine.protocol import Engine
 from app.engine.tokenizing import TokenizerService
 from app.errors import EngineUnavailableError
 from app.gateway import Gateway

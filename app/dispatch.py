@@ -15,12 +15,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.admission import Admission
-from app.engine.base import Engine, for_route, route_draft_length
-from app.engine.types import GenerationRequest, Prompt, SamplingOptions
+from app.engine.generation import GenerationRequest, Prompt, SamplingOptions
+from app.engine.protocol import Engine, for_route, route_draft_length
 from app.errors import EngineUnavailableError, InvalidRequestError, QueueTimeoutError, SpecgateError
 from app.fanout import generate_all
 from app.in_flight import InFlight, LoadMark
 from app.metrics import GatewayMetrics
+from app.request_run import ID_PREFIXES, Endpoint, Run
 from app.request_spec import RequestSpec
 from app.routing.classify import WorkloadClass
 from app.routing.draft_replay import NgramConfig
@@ -36,7 +37,6 @@ from app.routing.policy import (
     Unroutable,
     propose_move,
 )
-from app.run import ID_PREFIXES, Endpoint, Run
 from app.served import ServedModel
 from app.switching import MoveContext, Mover, not_movable
 from app.vocabulary import Refusal, Route, other_route

@@ -10,8 +10,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
-from app.engine.base import Engine
-from app.engine.types import GenerationRequest, GenerationStep
+from app.engine.generation import GenerationRequest, GenerationStep
+from app.engine.protocol import Engine
 
 
 def generate_all(

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from app.auto_tools import AutoToolChoice
 from app.dispatch import Dispatcher
-from app.engine.base import Engine
+from app.engine.protocol import Engine
 from app.engine.tokenizing import TokenizerService
 from app.metrics import GatewayMetrics
 from app.response_store import ResponseStore

@@ -16,7 +16,7 @@ from app.api.exception_handlers import install_error_handlers
 from app.api.openapi_docs import install_openapi
 from app.auto_tools import AutoToolChoice, EnvelopeFormat, ModelFormat
 from app.dispatch import Dispatcher, Limits
-from app.engine.base import Engine
+from app.engine.protocol import Engine
 from app.engine.tokenizing import TokenizerService
 from app.gateway import Gateway
 from app.metrics import GatewayMetrics
@@ -127,7 +127,7 @@ def auto_tool_choice(settings: Settings, engines: Mapping[Route, Engine]) -> Aut
         chosen = EnvelopeFormat()
     else:
         # Imported only here: it imports vLLM.
-        from app.engine.tool_parser import AutoToolParsing, chat_template, parser_for_template
+        from app.engine.vllm.tool_parser import AutoToolParsing, chat_template, parser_for_template
 
         name: str | None = settings.tool_call_parser
         why = "--tool-call-parser"

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from app.engine.types import SuffixCacheCounts
+from app.engine.generation import SuffixCacheCounts
 from app.routing.classify import WorkloadClass
 from app.routing.policy import MoveCause
 from app.vocabulary import ROUTES, Route, SpecDecodeStats, other_route

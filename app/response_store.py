@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from app.engine.types import ChatMessage
+from app.engine.generation import ChatMessage
 from app.schemas.responses import ResponseObject
 
 

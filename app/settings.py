@@ -212,7 +212,7 @@ class Settings(BaseSettings):
     # step for auto (0 on the plain route). On the 2-core CPU it served the same traffic
     # faster than two engines on split cores (docs/engines.md, "One engine or two"), and on a GPU it
     # holds the weights once. 'auto' (the default) is 'one' on CPUs and wherever two copies of
-    # the weights would take more than a tenth of a GPU (app/engine/memory_plan.py). Remote
+    # the weights would take more than a tenth of a GPU (app/engine/vllm/memory_plan.py). Remote
     # pools keep both routes either way.
     engine_layout: Literal["auto", "two", "one"] = Field(
         "auto",
@@ -240,7 +240,7 @@ class Settings(BaseSettings):
     )
     # vLLM's CPU image preloads tcmalloc and Intel's OpenMP; its worker warns that speculative
     # steps without them are much slower. 'recommended' spawns CPU engines with both preloaded
-    # where found (app/engine/cpu_runtime.py); 'inherited' leaves LD_PRELOAD as the gateway's.
+    # where found (app/engine/vllm/cpu_runtime.py); 'inherited' leaves LD_PRELOAD as the gateway's.
     cpu_runtime: Literal["recommended", "inherited"] = Field(
         "recommended",
         description="CPU engines: tcmalloc and Intel OpenMP preloaded, as vLLM advises",

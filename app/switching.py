@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from app.engine.base import Engine, for_route
-from app.engine.types import GenerationRequest, GenerationStep
+from app.engine.generation import GenerationRequest, GenerationStep
+from app.engine.protocol import Engine, for_route
 from app.routing.draft_replay import DraftReplay, NgramConfig, ReplayFigures
 from app.routing.policy import MoveProposal
 from app.vocabulary import Route, SpecDecodeStats, other_route

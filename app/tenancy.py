@@ -1,5 +1,5 @@
 """Whose earlier answers a request may draft from, when the engine drafts from a suffix tree of
-answers (app/engine/suffix_drafter.py).
+answers (app/engine/vllm/worker/suffix_drafter.py).
 
 A tenant is the request's `cache_salt` (vLLM's name for the field that keeps clients' cached
 work apart) when it sends one, else its API key; either is hashed, so no key reaches the

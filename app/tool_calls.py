@@ -103,7 +103,7 @@ class ToolCallDelta:
 
 
 class CallParser(Protocol):
-    """Reads calls a model wrote in its own format, for "auto" (app/engine/tool_parser.py)."""
+    """Reads calls a model wrote in its own format, for "auto" (app/engine/vllm/tool_parser.py)."""
 
     def parse(self, text: str) -> tuple[str | None, list[ToolCall]]:
         """A whole output: its text (None when only calls), and its calls."""
@@ -115,7 +115,7 @@ class CallParser(Protocol):
 
 
 class CallParsers(Protocol):
-    """vLLM's parser of one model's call format (app/engine/tool_parser.py)."""
+    """vLLM's parser of one model's call format (app/engine/vllm/tool_parser.py)."""
 
     def new(self, tools: list[dict[str, Any]]) -> CallParser:
         """A parser for one choice of one request."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from app.engine.types import ChatMessage
+from app.engine.generation import ChatMessage
 from app.tool_calls import (
     Function,
     ToolCall,

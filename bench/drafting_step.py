@@ -1,5 +1,5 @@
 """What a drafting step costs beyond its draft tokens, in one engine (issue 30's regression
-check of the rejection sampler's noise, app/engine/draft_worker.py).
+check of the rejection sampler's noise, app/engine/vllm/worker/drafting_patches.py).
 
 One fresh specgate server (`--engine-layout one`) writes every engine step's shape and time
 (`SPECGATE_STEP_TRACE`). Each repeat sends two batches of `--sequences` requests at once,

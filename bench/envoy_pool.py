@@ -5,7 +5,7 @@ changing-load comparison).
 python -m bench.envoy_pool --port P --balancing {picker,least-request} [--log-dir DIR]
 
 The upstreams are bench/picker_upstream.py with --paced: specgate whole (auto routing, one
-engine that takes a draft length per request) over app/engine/paced_fake.py's fake engine,
+engine that takes a draft length per request) over app/engine/fakes/paced.py's fake engine,
 whose batched steps take what the real engine's measured step-cost line says
 (CPU_STEP_PRIOR), with the Ray routing bench's figures (bench/ray_fake_server.py's pacing),
 so that two of them fit a 2-core machine. Only the balancing differs between the arms:

@@ -13,7 +13,7 @@ import os
 
 import uvicorn
 
-from app.engine.fake import FakeEngine
+from app.engine.fakes.scripted import FakeEngine
 from app.main import create_app
 from app.settings import Settings
 

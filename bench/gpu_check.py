@@ -36,7 +36,7 @@ import httpx
 
 from app.drafters import NGRAM
 from app.embedded_model import prepare_embedded_model
-from app.engine.cpu_cores import NUMBA_DEFAULTS
+from app.engine.vllm.cpu_cores import NUMBA_DEFAULTS
 from app.settings import Settings
 from bench.manifest import recorded_run
 from bench.model_folders import make_shape_folder, make_truncated_draft

@@ -124,8 +124,8 @@ ARM_TABLE: tuple[LoadArm, ...] = (
         LoadArm(f"envoy2-{balancing}", "auto", ("--balancing", balancing), server="envoy-pool")
         for balancing in ("picker", "least-request")
     ),
-    # Never drafting with vLLM's own RMSNorm on CPUs (app/engine/cpu_kernels.py), for the
-    # kernels' regression check against never-one.
+    # Never drafting with vLLM's own RMSNorm on CPUs (app/engine/vllm/worker/cpu_kernels.py),
+    # for the kernels' regression check against never-one.
     LoadArm("never-one-reference", "off", ONE, env=(("SPECGATE_CPU_KERNELS", "reference"),)),
     # The CPU runtime vLLM recommends left out (issue 40's paired check): specgate's engines
     # and vLLM's server as they ran before it, LD_PRELOAD empty.

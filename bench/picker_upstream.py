@@ -2,7 +2,7 @@
 says who served and what it was sent: `python -m bench.picker_upstream --port P [--paced]`.
 
 The fake answers at once (or at --seconds-per-token), so a test or bench/picker_latency.py
-measures the path's own cost; with --paced it is app/engine/paced_fake.py's PacedFakeEngine,
+measures the path's own cost; with --paced it is app/engine/fakes/paced.py's PacedFakeEngine,
 whose batched steps take what the real engine's measured step-cost line says, with
 bench/ray_fake_server.py's pacing (the same figures as the Ray routing bench's replicas):
 bench/envoy_pool.py's upstreams for the changing-load comparison through Envoy.
@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable
 import uvicorn
 from fastapi import Request, Response
 
-from app.engine.fake import FakeEngine
-from app.engine.paced_fake import PacedFakeEngine
+from app.engine.fakes.paced import PacedFakeEngine
+from app.engine.fakes.scripted import FakeEngine
 from app.main import create_app
 from app.settings import Settings
 

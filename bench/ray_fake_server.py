@@ -4,7 +4,7 @@ python -m bench.ray_fake_server --port P --router {specgate,power-of-two,prefix-
     [--replicas 2]
 
 The gateway is specgate's, whole (auto routing, one engine per replica, draft lengths per
-request), as Serve's ingress; the replicas are app/engine/paced_fake.py's fake engines, whose
+request), as Serve's ingress; the replicas are app/engine/fakes/paced.py's fake engines, whose
 batched steps take what the real embedded engine's measured step-cost line says, so that two
 of them fit a 2-core machine. Only the router differs between the arms.
 
@@ -24,10 +24,10 @@ from __future__ import annotations
 import argparse
 import logging
 
-from app.engine.paced_fake import DraftChances, StepPacing
-from app.engine.serve_replica import EngineRecipe
+from app.engine.fakes.paced import DraftChances, StepPacing
 from app.routing.goodput import CPU_STEP_PRIOR
-from app.serve_ray.run import serve_on_ray
+from app.serve_ray.deploy import serve_on_ray
+from app.serve_ray.replica import EngineRecipe
 from app.settings import Settings
 from bench.gpu_sim.acceptance import CLASS_ACCEPTANCE, REPEATING, REPEATS, Acceptance
 from bench.run import MODEL_NAME

@@ -35,8 +35,8 @@ import httpx
 import psutil
 
 from app.drafters import NGRAM
-from app.engine.cpu_cores import NUMBA_DEFAULTS
-from app.engine.cpu_runtime import recommended_preload
+from app.engine.vllm.cpu_cores import NUMBA_DEFAULTS
+from app.engine.vllm.cpu_runtime import recommended_preload
 
 logger = logging.getLogger("bench.servers")
 
@@ -110,7 +110,7 @@ def vllm_spec(
     if speculative:
         config = NGRAM if speculative is True else speculative
         args += ["--speculative-config", json.dumps(config)]
-        # The numba setting specgate gives its engines (app/engine/cpu_cores.py): without it
+        # The numba setting specgate gives its engines (app/engine/vllm/cpu_cores.py): without it
         # vLLM's own ngram proposer slows every later step, so the baseline gets it too.
         env = {**NUMBA_DEFAULTS, **env}
     name = name or ("vllm-spec" if speculative else "vllm-plain")
@@ -119,7 +119,7 @@ def vllm_spec(
 
 def traced(spec: ServerSpec, log_dir: Path) -> ServerSpec:
     """A specgate server that writes every engine step's shape, drafts and time
-    (app/engine/draft_length.py) to `log_dir`/<name>.steps.jsonl."""
+    (app/engine/vllm/core/draft_length_scheduler.py) to `log_dir`/<name>.steps.jsonl."""
     trace = log_dir / f"{spec.name}.steps.jsonl"
     return replace(spec, env={**spec.env, "SPECGATE_STEP_TRACE": str(trace)})
 

@@ -1,5 +1,5 @@
 """Put tcmalloc beside the `intel-openmp` wheel's libiomp5 in this environment's lib/, where
-specgate's CPU engines look for the runtime vLLM recommends (app/engine/cpu_runtime.py).
+specgate's CPU engines look for the runtime vLLM recommends (app/engine/vllm/cpu_runtime.py).
 
 `python -m scripts.install_cpu_runtime` (`make install` runs it): nothing to do where the
 system already has Debian's libtcmalloc-minimal4 (the CPU image installs it); otherwise the
@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from app.engine.cpu_runtime import IOMP, TCMALLOC, find_libraries, search_dirs
+from app.engine.vllm.cpu_runtime import IOMP, TCMALLOC, find_libraries, search_dirs
 
 PACKAGE = "libtcmalloc-minimal4"
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from app.drafters import NGRAM
-from app.engine.fake import FakeEngine
+from app.engine.fakes.scripted import FakeEngine
 from app.main import create_app
 from app.settings import Settings
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 
-from app.engine.fake import FakeEngine
-from app.engine.types import GenerationRequest
+from app.engine.fakes.scripted import FakeEngine
+from app.engine.generation import GenerationRequest
 from app.main import create_app
 from app.settings import Settings
 

@@ -22,7 +22,7 @@ from app.deps import (
     TenancyDep,
 )
 from app.encoders.chat import ChatEncoder
-from app.engine.types import ChatMessage
+from app.engine.generation import ChatMessage
 from app.request_spec import RequestSpec
 from app.routing.policy import ClientChoice
 from app.schemas.chat import ChatCompletion, ChatCompletionRequest, ChatMessageIn, FunctionName

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.deps import EnginesDep, MetricsDep
-from app.engine.base import ReplicaReporter, SuffixCacheReporter, UpstreamReporter
+from app.engine.protocol import ReplicaReporter, SuffixCacheReporter, UpstreamReporter
 from app.errors import SpecgateError
 
 router = APIRouter()

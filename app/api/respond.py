@@ -23,7 +23,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app.encoders.common import ChunkEncoder, EventEncoder, route_headers, route_info, usage
 from app.errors import ShuttingDownError, SpecgateError, error_body
-from app.run import Run
+from app.request_run import Run
 from app.schemas.common import StreamOptions
 
 logger = logging.getLogger("specgate.streaming")

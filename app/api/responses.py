@@ -22,7 +22,7 @@ from app.deps import (
     TenancyDep,
 )
 from app.encoders.responses import ResponsesEncoder
-from app.engine.types import ChatMessage, SamplingOptions
+from app.engine.generation import ChatMessage, SamplingOptions
 from app.errors import NotFoundError
 from app.request_spec import RequestSpec
 from app.response_store import ResponseStore, StoredResponse

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.engine.types import SamplingOptions
+from app.engine.generation import SamplingOptions
 from app.schemas.common import RequestBase
 
 

@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from app.encoders.common import closing_fields, finished_choices, id_fields, public_finish
-from app.engine.types import ChoiceDelta, TokenLogprob
-from app.run import Run
+from app.engine.generation import ChoiceDelta, TokenLogprob
+from app.request_run import Run
 from app.schemas.chat import (
     AssistantMessage,
     ChatChoice,

@@ -7,8 +7,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from app.engine.types import ChoiceDelta, FinishReason
-from app.run import ChoiceResult, Run
+from app.engine.generation import ChoiceDelta, FinishReason
+from app.request_run import ChoiceResult, Run
 from app.schemas.common import RouteInfo, RouteSegment, SpeculativeUsage, Usage
 from app.vocabulary import SpecDecodeStats
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Literal
 
 from app.encoders.common import closing_fields, finished_choices, id_fields, public_finish
-from app.engine.types import ChoiceDelta, PromptEcho, TokenLogprob
-from app.run import ChoiceResult, Run
+from app.engine.generation import ChoiceDelta, PromptEcho, TokenLogprob
+from app.request_run import ChoiceResult, Run
 from app.schemas.completions import Completion, CompletionChoice, CompletionLogprobs
 
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from app.encoders.common import route_info, usage
 from app.errors import SpecgateError, error_body
-from app.run import Run
+from app.request_run import Run
 from app.schemas.responses import (
     FunctionCallItem,
     IncompleteDetails,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 
-from app.engine.types import ChoiceDelta, GenerationStep
+from app.engine.generation import ChoiceDelta, GenerationStep
 
 
 async def coalesced(steps: AsyncIterator[GenerationStep]) -> AsyncGenerator[GenerationStep, None]:

@@ -1,7 +1,7 @@
 """Start each route's engine for a set of settings, and stop them all on exit.
 
-A route with upstreams is served by a remote pool (`app.engine.remote`); any other by an
-embedded vLLM engine. With both routes remote, vLLM is never imported.
+A route with upstreams is served by a remote pool (`app.engine.remote.remote_engine`); any
+other by an embedded vLLM engine. With both routes remote, vLLM is never imported.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import Any
 import psutil
 
 from app.embedded_model import prepare_embedded_model
-from app.engine.base import Engine
-from app.engine.cpu_cores import bound_to, core_plan, keep_numba_off_the_cores, whole_machine
-from app.engine.cpu_runtime import preloaded, recommended_preload
-from app.engine.memory_plan import DeviceFacts, Layout, check_plan, choose_layout, needs
-from app.engine.remote import RemoteEngine
+from app.engine.protocol import Engine
+from app.engine.remote.remote_engine import RemoteEngine
+from app.engine.vllm.cpu_cores import bound_to, core_plan, keep_numba_off_the_cores, whole_machine
+from app.engine.vllm.cpu_runtime import preloaded, recommended_preload
+from app.engine.vllm.memory_plan import DeviceFacts, Layout, check_plan, choose_layout, needs
 from app.settings import Settings
 from app.vocabulary import ROUTES, Route
 
@@ -56,7 +56,7 @@ async def start_vllm_engines(
     settings: Settings, stack: AsyncExitStack, routes: tuple[Route, ...] | list[Route] = ROUTES
 ) -> dict[Route, Engine]:
     # Imported here so that the HTTP layer, its fast tests and all-remote gateways never load vLLM.
-    from app.engine.vllm_engine import VllmEngine, on_cpu
+    from app.engine.vllm.vllm_engine import VllmEngine, on_cpu
 
     model_path = await resolve_model_path(settings)
     if on_cpu():
@@ -180,7 +180,7 @@ async def _start_shared_engine(
     settings: Settings, stack: AsyncExitStack, model_path: str
 ) -> dict[Route, Engine]:
     """One speculative engine serving both routes; the plain route's requests draft nothing."""
-    from app.engine.vllm_engine import VllmEngine, on_cpu
+    from app.engine.vllm.vllm_engine import VllmEngine, on_cpu
 
     started = time.monotonic()
     # On a CPU the one engine computes on every core (measured ahead of vLLM's default
@@ -195,5 +195,5 @@ async def _start_shared_engine(
     await stack.enter_async_context(engine)
     logger.info("shared engine ready in %.1f s", time.monotonic() - started)
     # Both routes are the one engine: the plain route's requests carry draft length 0
-    # (app/engine/base.py, for_route).
+    # (app/engine/protocol.py, for_route).
     return {"speculative": engine, "plain": engine}

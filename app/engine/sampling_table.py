@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.types import FinishReason, SamplingOptions
+from app.engine.generation import FinishReason, SamplingOptions
 from app.errors import EngineFailureError
 
 

@@ -10,7 +10,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from app.engine.types import ChatMessage
+from app.engine.generation import ChatMessage
 from app.errors import EngineFailureError, InvalidRequestError
 from app.schemas.tokenize import (
     DetokenizeRequest,

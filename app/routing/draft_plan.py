@@ -1,7 +1,7 @@
 """One engine's draft-length planning state: each request's acceptance so far and the
 engine's step-cost line, applied through the rule in app/routing/goodput.py.
 
-The engine's scheduler (app/engine/draft_length.py) and the GPU-scale simulator
+The engine's scheduler (app/engine/vllm/core/draft_length_scheduler.py) and the GPU-scale simulator
 (bench/gpu_sim) both drive this class, so what the simulator runs is what the engine runs:
 offers in, lengths out, then each step's time and each request's evidence back in. Nothing
 here reads a clock or imports vLLM; the caller measures (or simulates) the step.

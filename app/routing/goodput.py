@@ -137,8 +137,8 @@ class StepCostPrior:
 # drafting) and one burst of 24 with `auto` and with `off` (450). A step in which anything
 # drafts costs every sequence about 1 ms more: 1.9 in the burst alone, -0.2 in the quiet
 # replay, where few sequences share a drafting step. (It was about 3 ms while the rejection
-# sampler drew noise for the whole batch: app/engine/draft_worker.py.) Traffic replaces them
-# within a few hundred steps.
+# sampler drew noise for the whole batch: app/engine/vllm/worker/drafting_patches.py.)
+# Traffic replaces them within a few hundred steps.
 CPU_STEP_PRIOR = StepCostPrior(
     base_ms=34.1, per_sequence_ms=0.84, per_token_ms=1.38, per_sequence_drafting_ms=0.94
 )

@@ -57,7 +57,7 @@ class LinePrior:
 # Measured on the 2-core CPU specgate is developed on (the routing benchmark of
 # 2026-12-02, fp32, eager, ngram K=5; mean ITL over all classes): alone, 30 ms per token
 # plain and 27 speculative; at 8 in flight on the same engine, 61 and 81. With the engines
-# on cores of their own (the default on CPUs, app/engine/cpu_cores.py), a sequence on one
+# on cores of their own (the default on CPUs, app/engine/vllm/cpu_cores.py), a sequence on one
 # engine barely slows the other: only their schedulers and the gateway share cores.
 # Traffic replaces these within tens of requests (the prior weighs as PRIOR_WEIGHT
 # observations).

@@ -1,7 +1,8 @@
 """An engine's step-cost line as seen from its outputs, for a replica's routing report.
 
-The engine's own scheduler learns the exact line (app/engine/draft_length.py), but it lives in
-the engine-core process and keeps it there. A replica sees what the engine hands back: every
+The engine's own scheduler learns the exact line
+(app/engine/vllm/core/draft_length_scheduler.py), but it lives in the engine-core process
+and keeps it there. A replica sees what the engine hands back: every
 step, each running request gets its new tokens at about the same moment. So outputs that
 arrive within a short window are one step; while requests were running throughout, the time
 from one step to the next is that step's cost, for its sequences and the tokens it produced.

@@ -1,12 +1,12 @@
 """specgate as a Ray Serve application: engine replicas behind the gateway as Serve's ingress.
 
-- `engine`: app/engine/serve_replica.py's EngineReplica, one engine each (the `one` layout),
+- `engine`: app/serve_ray/replica.py's EngineReplica, one engine each (the `one` layout),
   reserving --ray-replica-cpus and --ray-replica-gpus (with a placement group on one node when
   the engine spans several GPUs), a fixed count or Serve's autoscaling, Serve's health check
   calling the engine's, and specgate's request router (or one of Ray's, --ray-router).
 - `gateway`: the whole API of app/main.py (chat, completions, responses, tokenizer, models,
   routing, metrics), its engine the replicas through a deployment handle
-  (app/engine/serve_handle.py).
+  (app/serve_ray/handle.py).
 
 `specgate --ray-replicas N` deploys it on a local cluster (or --ray-address's); a Serve config
 file deploys the same with `serve run` / `serve deploy` (import path `app.serve_ray.app:build`,
@@ -23,10 +23,10 @@ from ray import serve
 from ray.serve.config import RequestRouterConfig
 from ray.serve.deployment import Application
 
-from app.engine.base import Engine
-from app.engine.serve_handle import HandleEngine
-from app.engine.serve_replica import EngineRecipe, EngineReplica
+from app.engine.protocol import Engine
 from app.main import create_app
+from app.serve_ray.handle import HandleEngine
+from app.serve_ray.replica import EngineRecipe, EngineReplica
 from app.settings import Settings
 from app.vocabulary import Route
 

@@ -29,11 +29,11 @@ from ray.serve.request_router import (
     RunningReplica,
 )
 
-from app.engine.serve_replica import history_key
-from app.engine.types import GenerationRequest
+from app.engine.generation import GenerationRequest
 from app.routing.goodput import CPU_STEP_PRIOR, StepCostPrior
 from app.routing.prefix_table import PrefixTable, prompt_chunks, prompt_tokens
 from app.routing.replica_rank import EXPECTED_OUTPUT_TOKENS, ReplicaReport, Wants, rank
+from app.serve_ray.replica import history_key
 
 logger = logging.getLogger("specgate.router")
 

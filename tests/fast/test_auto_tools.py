@@ -16,9 +16,9 @@ import pytest
 from openai import AsyncOpenAI
 
 from app.auto_tools import EnvelopeFormat, ModelFormat
-from app.engine.fake import FakeEngine
-from app.engine.tool_parser import parser_for_template
-from app.engine.types import GenerationRequest
+from app.engine.fakes.scripted import FakeEngine
+from app.engine.generation import GenerationRequest
+from app.engine.vllm.tool_parser import parser_for_template
 from app.main import auto_tool_choice, create_app
 from app.settings import Settings
 from app.tool_calls import Function

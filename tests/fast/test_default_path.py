@@ -15,8 +15,8 @@ import httpx
 from openai import AsyncOpenAI
 
 from app.drafters import NGRAM
-from app.engine.fake import FakeEngine, token_id
-from app.engine.types import GenerationRequest, GenerationStep, SamplingOptions
+from app.engine.fakes.scripted import FakeEngine, token_id
+from app.engine.generation import GenerationRequest, GenerationStep, SamplingOptions
 from app.main import create_app
 from app.routing.classify import WorkloadClass
 from app.routing.learner import PRIOR_POSITION_ACCEPTANCE

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from app.dispatch import Dispatcher
 from app.drafters import NGRAM
-from app.engine.fake import FakeEngine
-from app.engine.types import SamplingOptions
+from app.engine.fakes.scripted import FakeEngine
+from app.engine.generation import SamplingOptions
 from app.main import build_gateway
 from app.routing.features import extract_features
 from app.routing.load_model import Load

@@ -6,8 +6,8 @@ import pytest
 
 from app.api.speculative_header import checked, parse_header
 from app.drafters import NGRAM
-from app.engine.fake import FakeEngine
-from app.engine.types import SamplingOptions
+from app.engine.fakes.scripted import FakeEngine
+from app.engine.generation import SamplingOptions
 from app.errors import InvalidRequestError
 from app.gateway import Gateway
 from app.main import build_gateway

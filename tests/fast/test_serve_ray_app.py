@@ -73,10 +73,10 @@ def test_ray_replicas_on_the_command_line_deploy_on_ray_serve(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from app import __main__ as entry
-    from app.serve_ray import run
+    from app.serve_ray import deploy
 
     deployed: list[Settings] = []
-    monkeypatch.setattr(run, "serve_on_ray", lambda settings: deployed.append(settings) or 0)
+    monkeypatch.setattr(deploy, "serve_on_ray", lambda settings: deployed.append(settings) or 0)
     assert entry.main(["--ray-replicas", "2", "--port", "9100"]) == 0
     [settings] = deployed
     assert settings.ray_replicas == 2 and settings.port == 9100

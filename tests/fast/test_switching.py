@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.engine.fake import FakeEngine
-from app.engine.types import GenerationRequest, SamplingOptions
+from app.engine.fakes.scripted import FakeEngine
+from app.engine.generation import GenerationRequest, SamplingOptions
 from app.routing.draft_replay import DraftReplay, NgramConfig
 from app.routing.policy import MoveProposal
 from app.switching import FIRST_CHECK_TOKENS, MoveContext, Mover, not_movable

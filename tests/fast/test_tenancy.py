@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.engine.fake import FakeEngine
-from app.engine.types import SuffixCacheCounts
+from app.engine.fakes.scripted import FakeEngine
+from app.engine.generation import SuffixCacheCounts
 from app.main import create_app
 from app.settings import Settings
 from app.tenancy import Tenancy

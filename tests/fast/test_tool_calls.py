@@ -11,7 +11,7 @@ import httpx
 import pytest
 from openai import AsyncOpenAI
 
-from app.engine.fake import FakeEngine
+from app.engine.fakes.scripted import FakeEngine
 from app.main import create_app
 from app.settings import Settings
 from app.tool_calls import Function, ToolCallMode, ToolCallStream, parse_calls

@@ -16,9 +16,9 @@ import pytest
 import ray
 from ray import serve
 
-from app.engine.serve_replica import EngineRecipe
 from app.serve_ray.app import application
-from app.serve_ray.run import APP_NAME
+from app.serve_ray.deploy import APP_NAME
+from app.serve_ray.replica import EngineRecipe
 from app.settings import Settings
 
 # The replicas' actors are named SERVE_REPLICA::<app>#<deployment>#<id>.

@@ -14,7 +14,7 @@ import pytest
 import ray
 from openai import OpenAI
 
-from app.engine.serve_replica import EngineRecipe
+from app.serve_ray.replica import EngineRecipe
 from app.settings import Settings
 from tests.ray.conftest import Cluster
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.paced_fake import PacedFakeEngine
+from app.engine.fakes.paced import PacedFakeEngine
 from app.routing.goodput import CPU_STEP_PRIOR
 from bench import load_phases
 from bench.envoy_pool import build_parser, listener

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from app.engine.coalesce import coalesced, merge_steps
-from app.engine.types import ChoiceDelta, GenerationStep, TokenLogprob
+from app.engine.generation import ChoiceDelta, GenerationStep, TokenLogprob
 from app.errors import EngineFailureError
 from app.vocabulary import SpecDecodeStats
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from app.engine.cpu_cores import (
+from app.engine.vllm.cpu_cores import (
     BIND_VARIABLE,
     bound_to,
     core_plan,

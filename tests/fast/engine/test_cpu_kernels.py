@@ -1,4 +1,4 @@
-"""The one-pass RMSNorm kernels (app/engine/cpu_kernels.py) against vLLM's reference, on
+"""The one-pass RMSNorm kernels (app/engine/vllm/worker/cpu_kernels.py) against vLLM's reference, on
 the real kernels of vLLM's CPU extension. Starts no engine."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 from vllm.config import VllmConfig, set_current_vllm_config
 from vllm.model_executor.layers.layernorm import RMSNorm
 
-from app.engine import cpu_kernels
+from app.engine.vllm.worker import cpu_kernels
 
 HIDDEN = 576  # the embedded model's
 

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import cpu_runtime
-from app.engine.cpu_runtime import (
+from app.engine.launch import cpu_preload
+from app.engine.vllm import cpu_runtime
+from app.engine.vllm.cpu_runtime import (
     PRELOAD_VARIABLE,
     find_libraries,
     preload_value,
     preloaded,
     recommended_preload,
 )
-from app.engine.launch import cpu_preload
 from app.settings import Settings
 
 TCMALLOC, IOMP = cpu_runtime.LIBRARIES

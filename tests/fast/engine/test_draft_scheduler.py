@@ -11,7 +11,7 @@ from typing import Any
 from vllm.sampling_params import SamplingParams
 from vllm.v1.outputs import DraftTokenIds
 
-from app.engine.draft_length import (
+from app.engine.vllm.core.draft_length_scheduler import (
     ACCEPTANCE_PRIOR_KEY,
     DRAFT_LENGTH_KEY,
     STEP_COST_KEY,

@@ -1,6 +1,6 @@
 """The rejection sampler's recovery noise drawn only for requests that drafted
-(app/engine/draft_worker.py), against vLLM's own `sample_recovered_tokens` on its CPU kernel.
-Starts no engine."""
+(app/engine/vllm/worker/drafting_patches.py), against vLLM's own `sample_recovered_tokens`
+on its CPU kernel. Starts no engine."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from vllm.platforms import current_platform
 from vllm.v1.sample import rejection_sampler
 
-from app.engine.draft_worker import _sample_recovered_tokens_for_drafting_rows
+from app.engine.vllm.worker.drafting_patches import _sample_recovered_tokens_for_drafting_rows
 
 VOCAB = 4096
 # Three requests: the first and last drafted (2 and 3 tokens), the middle one did not.

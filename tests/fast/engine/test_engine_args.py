@@ -6,8 +6,8 @@ import pytest
 from pydantic_settings import CliApp
 
 from app.cli import parse_settings
-from app.engine.draft_length import CACHE_TOKENS_KEY, STEP_COST_KEY
-from app.engine.vllm_engine import WORKER_EXTENSION_QUALNAME, engine_args, on_cpu
+from app.engine.vllm.core.draft_length_scheduler import CACHE_TOKENS_KEY, STEP_COST_KEY
+from app.engine.vllm.vllm_engine import WORKER_EXTENSION_QUALNAME, engine_args, on_cpu
 from app.settings import Settings
 
 # Two nodes' worth of model: each engine spans TP 2 x PP 2 workers on a Ray cluster.
@@ -52,9 +52,11 @@ def test_by_default_each_engine_is_one_worker_and_vllm_picks_the_backend() -> No
 def test_speculative_engines_take_a_draft_length_per_request() -> None:
     speculative = engine_args(Settings(), "/models/small", "speculative")
     plain = engine_args(Settings(), "/models/small", "plain")
-    assert speculative.scheduler_cls == "app.engine.draft_scheduler.draft_length_scheduler"
+    assert (
+        speculative.scheduler_cls == "app.engine.vllm.core.scheduler_choice.draft_length_scheduler"
+    )
     assert speculative.worker_extension_cls == WORKER_EXTENSION_QUALNAME
-    # On CPUs every engine loads it, for its kernels (app/engine/cpu_kernels.py).
+    # On CPUs every engine loads it, for its kernels (app/engine/vllm/worker/cpu_kernels.py).
     assert plain.worker_extension_cls == (WORKER_EXTENSION_QUALNAME if on_cpu() else "")
     assert plain.scheduler_cls != speculative.scheduler_cls
 
@@ -83,7 +85,7 @@ def test_a_shared_engine_gets_both_routes_memory() -> None:
 def test_a_request_drafts_at_most_its_own_length(
     extra_args: dict[str, int] | None, limit: int
 ) -> None:
-    from app.engine.draft_length import draft_limit
+    from app.engine.vllm.core.draft_length_scheduler import draft_limit
 
     assert draft_limit(extra_args, 5) == limit
 
@@ -92,7 +94,7 @@ def test_each_draft_row_gets_its_requests_sampling_value() -> None:
     # What vLLM's rejection sampler needs per draft row; its CPU kernel left the rows unset.
     import torch
 
-    from app.engine.draft_worker import _expand_batch_to_tokens
+    from app.engine.vllm.worker.drafting_patches import _expand_batch_to_tokens
 
     cu_num_drafts = torch.tensor([2, 2, 5], dtype=torch.int32)
     temperatures = torch.tensor([0.0, 1.0, 0.5])
@@ -111,14 +113,14 @@ def test_the_load_format_reaches_both_engines() -> None:
 
 
 def test_importing_the_worker_patches_changes_nothing() -> None:
-    # Only the worker's extension module installs them (app/engine/worker_extension.py).
+    # Only the worker's extension module installs them (app/engine/vllm/worker/extension.py).
     from vllm.model_executor.layers.layernorm import RMSNorm
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    from app.engine import cpu_kernels, draft_worker
+    from app.engine.vllm.worker import cpu_kernels, drafting_patches
 
-    assert GPUModelRunner._sample is draft_worker._sample  # vLLM's own
-    assert GPUModelRunner.propose_draft_token_ids is draft_worker._propose
+    assert GPUModelRunner._sample is drafting_patches._sample  # vLLM's own
+    assert GPUModelRunner.propose_draft_token_ids is drafting_patches._propose
     assert RMSNorm.forward_cpu is cpu_kernels._reference_forward_cpu
 
 

@@ -9,9 +9,9 @@ from contextlib import AsyncExitStack
 import pytest
 
 from app.engine import launch
-from app.engine.base import Engine
-from app.engine.fake import FakeEngine
-from app.engine.remote import RemoteEngine
+from app.engine.fakes.scripted import FakeEngine
+from app.engine.protocol import Engine
+from app.engine.remote.remote_engine import RemoteEngine
 from app.settings import Settings
 from app.vocabulary import Route
 from tests.paths import REPO
@@ -21,7 +21,7 @@ ALL_REMOTE = """
 import asyncio, sys
 from contextlib import AsyncExitStack
 from app.engine.launch import start_engines
-from app.engine.remote import RemoteEngine
+from app.engine.remote.remote_engine import RemoteEngine
 from app.settings import Settings
 
 async def main() -> None:

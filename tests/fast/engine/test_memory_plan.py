@@ -10,8 +10,8 @@ import pytest
 
 from app.cli import parse_settings
 from app.engine import launch
-from app.engine.base import StopsOnExit
-from app.engine.memory_plan import (
+from app.engine.protocol import StopsOnExit
+from app.engine.vllm.memory_plan import (
     DeviceFacts,
     MemoryPlanError,
     check_plan,
@@ -110,7 +110,7 @@ def test_device_lists_are_checked(flags: list[str], problem: str) -> None:
 async def test_each_routes_engine_core_is_spawned_seeing_only_its_gpus(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from app.engine import vllm_engine
+    from app.engine.vllm import vllm_engine
 
     seen: dict[str, str | None] = {}
 

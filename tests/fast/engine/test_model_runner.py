@@ -13,10 +13,10 @@ import vllm.config.vllm as vllm_config_module
 from vllm.config import ModelConfig, VllmConfig
 
 from app.drafters import NGRAM
-from app.engine.base import EngineFacts
-from app.engine.capabilities import drafting_refusal
-from app.engine.model_runner import RUNNER_VARIABLE, pinned_runner, runner_of
-from app.engine.types import SamplingOptions
+from app.engine.generation import SamplingOptions
+from app.engine.protocol import EngineFacts
+from app.engine.refusals import drafting_refusal
+from app.engine.vllm.model_runner import RUNNER_VARIABLE, pinned_runner, runner_of
 from app.main import ngram_config
 from app.settings import Settings
 from tests.tiny_llama import tiny_llama_folder

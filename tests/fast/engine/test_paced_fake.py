@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from app.engine.paced_fake import BLOCK_TOKENS, DraftChances, PacedFakeEngine, StepPacing
-from app.engine.types import GenerationRequest, SamplingOptions
+from app.engine.fakes.paced import BLOCK_TOKENS, DraftChances, PacedFakeEngine, StepPacing
+from app.engine.generation import GenerationRequest, SamplingOptions
 from app.routing.goodput import StepCostPrior
 
 # Steps of a fraction of a millisecond: the tests count steps, not time.
@@ -115,6 +115,6 @@ def test_a_prompt_seen_before_repeats_with_its_class_share() -> None:
 
 
 def _ids() -> tuple[int, ...]:
-    from app.engine.fake import prompt_ids_of, prompt_words
+    from app.engine.fakes.scripted import prompt_ids_of, prompt_words
 
     return prompt_ids_of(PROMPT, prompt_words(PROMPT))

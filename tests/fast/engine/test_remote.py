@@ -8,8 +8,8 @@ from contextlib import AsyncExitStack
 
 import pytest
 
-from app.engine.remote import RemoteEngine
-from app.engine.types import GenerationRequest, GenerationStep, SamplingOptions
+from app.engine.generation import GenerationRequest, GenerationStep, SamplingOptions
+from app.engine.remote.remote_engine import RemoteEngine
 from app.errors import EngineFailureError, EngineUnavailableError, InvalidRequestError
 from app.settings import Settings
 from tests.fake_upstream import FakeUpstream, mock_transport

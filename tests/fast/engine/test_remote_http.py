@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.engine.fake import FakeEngine
-from app.engine.remote import RemoteEngine
+from app.engine.fakes.scripted import FakeEngine
+from app.engine.remote.remote_engine import RemoteEngine
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import MODEL

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from app.engine.generation import SamplingOptions
 from app.engine.sampling_table import engine_sampling, finish_reason, remote_sampling
-from app.engine.types import SamplingOptions
-from app.engine.vllm_engine import VllmEngine
+from app.engine.vllm.vllm_engine import VllmEngine
 from app.errors import EngineFailureError
 
 # A value other than the default for every SamplingOptions field. A new field fails the first

@@ -1,4 +1,4 @@
-"""The gateway's engine over Ray Serve replicas (app/engine/serve_handle.py), with a stand-in
+"""The gateway's engine over Ray Serve replicas (app/serve_ray/handle.py), with a stand-in
 deployment handle: retried before the first token, an error after, the gateway's own errors
 passed through, the replica's request cancelled when the stream closes."""
 
@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from ray.exceptions import ActorDiedError
 
-from app.engine import serve_handle
-from app.engine.serve_handle import HandleEngine
-from app.engine.serve_replica import ReplicaFacts
-from app.engine.types import ChoiceDelta, GenerationRequest, GenerationStep, SamplingOptions
+from app.engine.generation import ChoiceDelta, GenerationRequest, GenerationStep, SamplingOptions
 from app.errors import EngineFailureError, EngineUnavailableError, InvalidRequestError
+from app.serve_ray import handle as serve_handle
+from app.serve_ray.handle import HandleEngine
+from app.serve_ray.replica import ReplicaFacts
 
 FACTS = ReplicaFacts(256, True, True, True, False)
 

@@ -1,4 +1,4 @@
-"""A Ray Serve engine replica (app/engine/serve_replica.py) run as Serve would run it, over
+"""A Ray Serve engine replica (app/serve_ray/replica.py) run as Serve would run it, over
 the fake engine: what it streams, and the routing report it keeps; and the router's reading
 of that report (app/serve_ray/router.py)."""
 
@@ -8,9 +8,9 @@ from dataclasses import astuple
 
 import pytest
 
-from app.engine.serve_replica import EngineRecipe, EngineReplica, history_key
-from app.engine.types import GenerationRequest, SamplingOptions
+from app.engine.generation import GenerationRequest, SamplingOptions
 from app.routing.goodput import CPU_STEP_PRIOR, StepCostPrior
+from app.serve_ray.replica import EngineRecipe, EngineReplica, history_key
 from app.serve_ray.router import LEARNED_AFTER_STEPS, learned_line, report_of, shared_line, wants_of
 
 

@@ -1,6 +1,6 @@
-"""Suffix drafting with a tree of earlier answers per tenant (app/engine/suffix_drafter.py),
-driven step by step as vLLM's runner drives it, over arctic-inference's real suffix trees.
-Starts no engine."""
+"""Suffix drafting with a tree of earlier answers per tenant
+(app/engine/vllm/worker/suffix_drafter.py), driven step by step as vLLM's runner drives it,
+over arctic-inference's real suffix trees. Starts no engine."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 from vllm.v1.outputs import DraftTokenIds
 
-from app.engine import draft_worker
-from app.engine.draft_length import (
+from app.engine.vllm.core.draft_length_scheduler import (
     CACHE_TOKENS_KEY,
     CONFIDENCE_ATTRIBUTE,
     DRAFT_LENGTH_KEY,
     TENANT_KEY,
 )
-from app.engine.suffix_drafter import TenantSuffixDrafter
+from app.engine.vllm.worker import drafting_patches
+from app.engine.vllm.worker.suffix_drafter import TenantSuffixDrafter
 
 K = 8
 PROMPT = [5, 6, 7, 8]
@@ -191,8 +191,8 @@ def test_each_draft_carries_the_drafter_s_confidence_to_the_scheduler(
     assert match >= SEEN  # the answer's first tokens matched the earlier answer
     # What the worker hands the engine core: vLLM's DraftTokenIds, pickled across processes.
     taken = DraftTokenIds(["a2"], [draft])
-    monkeypatch.setattr(draft_worker, "_take_draft_token_ids", lambda runner: taken)
+    monkeypatch.setattr(drafting_patches, "_take_draft_token_ids", lambda runner: taken)
     runner_like = SimpleNamespace(drafter=run.drafter)
-    handed = draft_worker._take_draft_token_ids_with_confidence(runner_like)  # type: ignore[arg-type]
+    handed = drafting_patches._take_draft_token_ids_with_confidence(runner_like)  # type: ignore[arg-type]
     received = pickle.loads(pickle.dumps(handed))
     assert getattr(received, CONFIDENCE_ATTRIBUTE) == [confidence]

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from app.engine.types import GenerationRequest, GenerationStep, SamplingOptions
-from app.engine.upstream_codec import (
+from app.engine.generation import GenerationRequest, GenerationStep, SamplingOptions
+from app.engine.remote.codec import (
     CHAT_PATH,
     COMPLETIONS_PATH,
     SSEParser,

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from app.engine.types import SamplingOptions
+from app.engine.generation import SamplingOptions
 from app.routing.classify import WorkloadClass, classify
 from app.routing.features import extract_features
 from app.routing.learner import Average, Learner, Observation
@@ -287,8 +287,8 @@ def test_a_requests_own_drafting_counts_in_proportion_to_its_evidence() -> None:
 
 def test_one_answer_to_what_a_drafting_engine_serves() -> None:
     from app.dispatch import Dispatcher
-    from app.engine.capabilities import drafting_refusal
-    from app.engine.fake import FakeEngine
+    from app.engine.fakes.scripted import FakeEngine
+    from app.engine.refusals import drafting_refusal
     from app.main import build_gateway
     from app.routing.policy import ClientChoice
     from app.settings import Settings

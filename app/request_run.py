@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from app.engine.types import FinishReason, GenerationStep, PromptEcho, TokenLogprob
+from app.engine.generation import FinishReason, GenerationStep, PromptEcho, TokenLogprob
 from app.errors import EngineFailureError, SpecgateError
 from app.routing.draft_replay import DraftReplay, NgramConfig, ReplayFigures
 from app.routing.feedback import Outcome, RunListener, RunReport

@@ -1,12 +1,12 @@
 """What vLLM loads in the worker process: every embedded engine on a CPU, and every
 speculative engine, names `WorkerExtension` as its `worker_extension_cls`
-(app/engine/vllm_engine.py: WORKER_EXTENSION_QUALNAME).
+(app/engine/vllm/vllm_engine.py: WORKER_EXTENSION_QUALNAME).
 
 vLLM offers no call into an extension at start-up, only the import of its module, so this
 module's import installs the worker's changes, and nothing else imports it:
-- app/engine/draft_worker.py: per-request draft lengths (each change passes through on an
-  engine that does not draft);
-- app/engine/cpu_kernels.py: one-pass RMSNorm kernels on CPUs.
+- app/engine/vllm/worker/drafting_patches.py: per-request draft lengths (each change passes
+  through on an engine that does not draft);
+- app/engine/vllm/worker/cpu_kernels.py: one-pass RMSNorm kernels on CPUs.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from app.engine import cpu_kernels, draft_worker
-from app.engine.types import SuffixCacheCounts
+from app.engine.generation import SuffixCacheCounts
+from app.engine.vllm.worker import cpu_kernels, drafting_patches
 
-draft_worker.install()
+drafting_patches.install()
 cpu_kernels.install()
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from app.engine.upstream_codec import UpstreamModel, model_from_list
+from app.engine.remote.codec import UpstreamModel, model_from_list
 from app.vocabulary import Route
 
 logger = logging.getLogger("specgate.upstream")

@@ -3,7 +3,7 @@
 vLLM 0.32 runs Model Runner V2 (vllm/v1/worker/gpu/) by default on CUDA wherever Triton is
 installed, and V1 elsewhere (CPUs). specgate's speculative engines are built on V1:
 
-- the worker patches (app/engine/draft_worker.py) target V1's runner and sampler;
+- the worker patches (app/engine/vllm/worker/drafting_patches.py) target V1's runner and sampler;
 - the draft replay (app/routing/draft_replay.py) replays V1's n-gram proposer, while
   V2's n-gram speculator takes the rightmost match and always proposes K;
 - per-request draft lengths under async scheduling were read against V1's input

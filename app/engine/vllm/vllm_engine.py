@@ -1,8 +1,8 @@
 """The vLLM adapter: an `Engine` over vLLM's async engine.
 
-vLLM is imported only under app/engine/: here, in the scheduler and worker changes
-(draft_length*.py, draft_scheduler.py, draft_worker.py) and the tool-call parsers
-(tool_parser.py); the gateway loads this module only when it embeds an engine.
+vLLM is imported only under app/engine/vllm/: here, in what runs in vLLM's engine core
+(core/) and workers (worker/), and the tool-call parsers (tool_parser.py); the gateway loads
+this module only when it embeds an engine.
 
 Each `VllmEngine` owns one `AsyncLLM` (vLLM V1's AsyncLLMEngine), whose engine core runs
 in a child process. Requests go in as token ids, so both engines see the same prompt and
@@ -27,20 +27,7 @@ from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 from vllm.v1.metrics.stats import RequestSpecDecodeMetrics
 
-from app.engine.base import EngineFacts, StopsOnExit
-from app.engine.capabilities import drafting_refusal
-from app.engine.draft_length import (
-    ACCEPTANCE_PRIOR_KEY,
-    CACHE_TOKENS_KEY,
-    DRAFT_LENGTH_KEY,
-    STEP_COST_KEY,
-    TENANT_KEY,
-)
-from app.engine.draft_scheduler import SCHEDULER_QUALNAME
-from app.engine.model_runner import RunnerFacts, pinned_runner, runner_of
-from app.engine.sampling_table import engine_sampling, finish_reason
-from app.engine.tokenizing import LocalTokenizer
-from app.engine.types import (
+from app.engine.generation import (
     ChoiceDelta,
     FinishReason,
     GenerationRequest,
@@ -50,6 +37,19 @@ from app.engine.types import (
     SuffixCacheCounts,
     TokenLogprob,
 )
+from app.engine.protocol import EngineFacts, StopsOnExit
+from app.engine.refusals import drafting_refusal
+from app.engine.sampling_table import engine_sampling, finish_reason
+from app.engine.tokenizing import LocalTokenizer
+from app.engine.vllm.core.draft_length_scheduler import (
+    ACCEPTANCE_PRIOR_KEY,
+    CACHE_TOKENS_KEY,
+    DRAFT_LENGTH_KEY,
+    STEP_COST_KEY,
+    TENANT_KEY,
+)
+from app.engine.vllm.core.scheduler_choice import SCHEDULER_QUALNAME
+from app.engine.vllm.model_runner import RunnerFacts, pinned_runner, runner_of
 from app.errors import (
     ContextLengthError,
     EngineFailureError,
@@ -62,8 +62,8 @@ from app.vocabulary import Refusal, Route, SpecDecodeStats
 logger = logging.getLogger("specgate.engine")
 
 # Loaded in every speculative engine's worker, and in every engine's on CPUs (its module's
-# import installs the worker's changes: app/engine/worker_extension.py).
-WORKER_EXTENSION_QUALNAME = "app.engine.worker_extension.WorkerExtension"
+# import installs the worker's changes: app/engine/vllm/worker/extension.py).
+WORKER_EXTENSION_QUALNAME = "app.engine.vllm.worker.extension.WorkerExtension"
 # Two engines share one machine; on CPUs sizing the KV cache by memory fraction is fragile
 # (it subtracts the whole process's resident memory), so each gets a fixed budget.
 CPU_KV_CACHE_BYTES = 512 * 1024 * 1024
@@ -100,7 +100,8 @@ def engine_args(
         # "detailed": each verification step's draft length too (the usage's draft_lengths).
         extra["per_request_spec_decode_metrics"] = "detailed"
         # Each request's own draft length (GenerationRequest.draft_length), 0..K, under
-        # whichever scheduling vLLM settles for the engine (app/engine/draft_scheduler.py):
+        # whichever scheduling vLLM settles for the engine
+        # (app/engine/vllm/core/scheduler_choice.py):
         # async scheduling, vLLM's single-GPU default for draft models and EAGLE, overlaps
         # the host's work with the GPU's step (about 1.2 ms a step on an H100).
         extra["scheduler_cls"] = SCHEDULER_QUALNAME

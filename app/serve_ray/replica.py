@@ -21,11 +21,11 @@ from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from app.engine.base import Engine, SuffixCacheReporter
 from app.engine.coalesce import coalesced
-from app.engine.fake import FakeEngine
-from app.engine.paced_fake import PacedFakeEngine, StepPacing
-from app.engine.types import ChatMessage, GenerationRequest, GenerationStep, SamplingOptions
+from app.engine.fakes.paced import PacedFakeEngine, StepPacing
+from app.engine.fakes.scripted import FakeEngine
+from app.engine.generation import ChatMessage, GenerationRequest, GenerationStep, SamplingOptions
+from app.engine.protocol import Engine, SuffixCacheReporter
 from app.routing.goodput import CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior
 from app.routing.step_watch import StepWatch
 from app.schemas.tokenize import DetokenizeRequest, TokenizeRequest
@@ -43,7 +43,7 @@ class EngineRecipe:
     """How a replica starts its engine: specgate's embedded engine with these settings
     (Settings fields; the layout is always `one`), or, with `fake_seconds_per_token`, the
     fake engine at that pace (tests), or with `fake_pacing`, the fake engine in batched steps
-    priced as the real engine's (the routing benchmark: app/engine/paced_fake.py)."""
+    priced as the real engine's (the routing benchmark: app/engine/fakes/paced.py)."""
 
     settings: dict[str, Any] = field(default_factory=dict)
     fake_seconds_per_token: float | None = None
@@ -59,7 +59,7 @@ class ReplicaFacts:
     per_request_draft_length: bool
     draft_replay_matches: bool
     has_tokenizer: bool
-    # The sampling fields a drafting request may carry (app/engine/capabilities.py).
+    # The sampling fields a drafting request may carry (app/engine/refusals.py).
     applies_sampling_fields_at_drafts: bool = False
     # Where the replica read its model: a gateway on the same machine (or storage) loads
     # the tokenizer from it for the tool-call parsers.
@@ -121,7 +121,7 @@ class EngineReplica:
             return recipe.fake_pacing.line
         if recipe.fake_seconds_per_token is not None:
             return CPU_STEP_PRIOR
-        from app.engine.vllm_engine import on_cpu
+        from app.engine.vllm.vllm_engine import on_cpu
 
         return CPU_STEP_PRIOR if on_cpu() else GPU_STEP_PRIOR
 

@@ -1,15 +1,15 @@
 """Worker-side changes for per-request draft length, installed in vLLM's worker process.
 
 `install()` applies them; importing this module changes nothing. vLLM imports
-app/engine/worker_extension.py in the worker when an engine names it as its
+app/engine/vllm/worker/extension.py in the worker when an engine names it as its
 `worker_extension_cls`, and that module calls `install()`, so the patches reach the worker
 process only. Each passes through on an engine that does not draft.
 
 - Requests whose draft length is 0 are not offered to the ngram proposer: matching their
   whole context every step would only produce drafts the scheduler then throws away.
 - With suffix decoding, the runner's proposer is replaced, on its first step, by one that keeps
-  the tree of earlier answers per tenant (app/engine/suffix_drafter.py), and the drafts the
-  worker hands the scheduler carry the drafter's probability for each token, which the
+  the tree of earlier answers per tenant (app/engine/vllm/worker/suffix_drafter.py), and the
+  drafts the worker hands the scheduler carry the drafter's probability for each token, which the
   length rule prices positions by (app/routing/confidence.py).
 - A step in which no request has drafts samples as a plain engine does. vLLM 0.32 sends
   every step of a speculative engine through its rejection sampler, which for such a step
@@ -38,7 +38,7 @@ from vllm.v1.sample.logits_processor import BUILTIN_LOGITS_PROCESSORS, LogitsPro
 from vllm.v1.worker import gpu_model_runner
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-from app.engine.draft_length import CONFIDENCE_ATTRIBUTE, draft_limit
+from app.engine.vllm.core.draft_length_scheduler import CONFIDENCE_ATTRIBUTE, draft_limit
 
 _sample = GPUModelRunner._sample
 
@@ -76,7 +76,7 @@ def _propose_within_limits(
 
 def _keep_trees_per_tenant(runner: GPUModelRunner) -> None:
     # Imported here: arctic-inference is loaded only by engines that draft with it.
-    from app.engine.suffix_drafter import TenantSuffixDrafter
+    from app.engine.vllm.worker.suffix_drafter import TenantSuffixDrafter
 
     if not isinstance(runner.drafter, TenantSuffixDrafter):
         runner.drafter = TenantSuffixDrafter(runner.vllm_config, runner.requests)

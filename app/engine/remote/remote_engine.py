@@ -14,19 +14,19 @@ from typing import Any
 
 import httpx
 
-from app.engine.base import EngineFacts, StopsOnExit
-from app.engine.capabilities import combined, drafting_refusal, refusal_of
 from app.engine.coalesce import coalesced
-from app.engine.tokenizing import RemoteTokenizer
-from app.engine.types import GenerationRequest, GenerationStep, SamplingOptions
-from app.engine.upstream import Upstream, UpstreamPool, describe_error
-from app.engine.upstream_codec import (
+from app.engine.generation import GenerationRequest, GenerationStep, SamplingOptions
+from app.engine.protocol import EngineFacts, StopsOnExit
+from app.engine.refusals import combined, drafting_refusal, refusal_of
+from app.engine.remote.codec import (
     SSEParser,
     StreamDecoder,
     not_forwarded,
     request_body,
     upstream_error,
 )
+from app.engine.remote.pool import Upstream, UpstreamPool, describe_error
+from app.engine.tokenizing import RemoteTokenizer
 from app.errors import (
     EngineFailureError,
     EngineUnavailableError,

@@ -1,4 +1,4 @@
-"""The gateway's engine when its engines are Ray Serve replicas (app/engine/serve_replica.py).
+"""The gateway's engine when its engines are Ray Serve replicas (app/serve_ray/replica.py).
 
 Both routes are this one engine, as in the `one` layout: the replicas take a draft length per
 request. Each request streams through Serve's deployment handle, and specgate's request router
@@ -21,16 +21,15 @@ from ray import serve
 from ray.exceptions import RayError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 
-from app.engine.base import EngineFacts, StopsOnExit
-from app.engine.capabilities import drafting_refusal
-from app.engine.serve_replica import ReplicaFacts
-from app.engine.types import (
+from app.engine.generation import (
     ChatMessage,
     GenerationRequest,
     GenerationStep,
     SamplingOptions,
     SuffixCacheCounts,
 )
+from app.engine.protocol import EngineFacts, StopsOnExit
+from app.engine.refusals import drafting_refusal
 from app.errors import EngineFailureError, EngineUnavailableError, SpecgateError
 from app.schemas.tokenize import (
     DetokenizeRequest,
@@ -39,6 +38,7 @@ from app.schemas.tokenize import (
     TokenizeResponse,
     TokenizerInfo,
 )
+from app.serve_ray.replica import ReplicaFacts
 from app.vocabulary import Refusal, Route
 
 logger = logging.getLogger("specgate.serve")

@@ -2,7 +2,7 @@
 streamed answers back.
 
 Pure functions and a small stream decoder, with no I/O, so that the remote pool
-(`app.engine.remote`) only moves bytes and the mapping can be tested on its own.
+(`app.engine.remote.remote_engine`) only moves bytes and the mapping can be tested on its own.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from app.engine.generation import ChoiceDelta, GenerationRequest, GenerationStep, SamplingOptions
 from app.engine.sampling_table import NOT_FORWARDED, finish_reason, remote_sampling
-from app.engine.types import ChoiceDelta, GenerationRequest, GenerationStep, SamplingOptions
 from app.errors import EngineFailureError, InvalidRequestError, SpecgateError
 from app.vocabulary import SpecDecodeStats
 

@@ -8,9 +8,10 @@ batch's goodput (app/routing/goodput.py), from the request's acceptance so far a
 engine's step times. Without one, the request verifies up to its limit every step.
 
 vLLM builds `DraftLengthScheduler` in its engine core process when the engine schedules
-synchronously (app/engine/draft_scheduler.py; under async scheduling,
-app/engine/draft_length_async.py); `WorkerExtension` is loaded in the worker process
-(`worker_extension_cls`) and patches worker functions when its module is imported there.
+synchronously (app/engine/vllm/core/scheduler_choice.py; under async scheduling,
+app/engine/vllm/core/async_draft_length_scheduler.py); `WorkerExtension` is loaded in the
+worker process (`worker_extension_cls`) and patches worker functions when its module is
+imported there.
 
 A request that never drafts samples as on a plain engine, so it may carry the sampling
 fields vLLM 0.32 refuses on any speculative engine (`min_p`, `logit_bias`): the worker
@@ -44,8 +45,9 @@ ACCEPTANCE_PRIOR_KEY = "specgate_acceptance_prior"
 # In the engine's additional_config: a step-cost line (base, per sequence, per token, per
 # sequence drafting; ms) to hold instead of learning one from the engine's own steps.
 STEP_COST_KEY = "specgate_step_cost"
-# Suffix decoding (app/engine/suffix_drafter.py): whose earlier answers a request may draft
-# from, in its extra_args; and the answer tokens the trees may hold, in additional_config.
+# Suffix decoding (app/engine/vllm/worker/suffix_drafter.py): whose earlier answers a request
+# may draft from, in its extra_args; and the answer tokens the trees may hold, in
+# additional_config.
 TENANT_KEY = "specgate_tenant"
 CACHE_TOKENS_KEY = "specgate_suffix_cache_tokens"
 # On vLLM's DraftTokenIds from the worker: per request, the drafter's probability for each
@@ -165,7 +167,8 @@ class DraftLengthScheduler(Scheduler):
     def update_draft_token_ids(self, draft_token_ids: DraftTokenIds) -> None:
         k = self.num_spec_tokens
         proposals = draft_token_ids.draft_token_ids
-        # A suffix drafter's per-token probabilities ride along (app/engine/draft_worker.py).
+        # A suffix drafter's per-token probabilities ride along
+        # (app/engine/vllm/worker/drafting_patches.py).
         confidences = getattr(draft_token_ids, CONFIDENCE_ATTRIBUTE, None)
         chosen: list[tuple[int, list[int]]] = []
         offers: list[Offer] = []

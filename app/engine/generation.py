@@ -123,8 +123,9 @@ class GenerationStep:
 
 @dataclass
 class SuffixCacheCounts:
-    """A suffix-drafting engine's trees of earlier answers (app/engine/suffix_drafter.py),
-    as its worker counts them: what /metrics reports."""
+    """A suffix-drafting engine's trees of earlier answers
+    (app/engine/vllm/worker/suffix_drafter.py), as its worker counts them: what /metrics
+    reports."""
 
     tenants: int = 0
     cached_answers: int = 0

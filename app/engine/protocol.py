@@ -6,13 +6,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, Self, runtime_checkable
 
-from app.engine.tokenizing import TokenizerService
-from app.engine.types import (
+from app.engine.generation import (
     GenerationRequest,
     GenerationStep,
     SamplingOptions,
     SuffixCacheCounts,
 )
+from app.engine.tokenizing import TokenizerService
 from app.vocabulary import Refusal, Route
 
 
@@ -37,7 +37,7 @@ class EngineFacts:
     # how full it is.
     kv_capacity_tokens: int | None = None
     # A drafting request may carry the sampling fields vLLM's V1 rejection sampler cannot
-    # apply at drafts (Model Runner V2 applies them: app/engine/capabilities.py).
+    # apply at drafts (Model Runner V2 applies them: app/engine/refusals.py).
     applies_sampling_fields_at_drafts: bool = False
 
 
@@ -123,7 +123,7 @@ class ReplicaReporter(Protocol):
     """An engine made of replicas (Ray Serve), whose routing reports /metrics shows."""
 
     async def replica_reports(self) -> dict[str, dict[str, Any]]:
-        """Each live replica's report (app/engine/serve_replica.py), by replica."""
+        """Each live replica's report (app/serve_ray/replica.py), by replica."""
         ...
 
 

@@ -8,7 +8,7 @@ request gets a 400 naming the fields.
 
 from __future__ import annotations
 
-from app.engine.types import SamplingOptions
+from app.engine.generation import SamplingOptions
 from app.vocabulary import Refusal
 
 
@@ -27,7 +27,7 @@ def drafting_refusal(
 
     min_p and logit_bias are refused there by the V1 model runner (its rejection sampler
     does not apply them at drafted positions; Model Runner V2's does, so an engine on V2
-    serves them: app/engine/model_runner.py). top_k is accepted, but sampling with it alone
+    serves them: app/engine/vllm/model_runner.py). top_k is accepted, but sampling with it alone
     killed a CPU engine core (an empty tensor in the rejection sampler's top-k step; found
     by tests/engine fuzzing), so it stays off drafting requests too.
     """

@@ -15,10 +15,10 @@ from typing import Any
 from vllm.config import VllmConfig
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from app.engine.draft_length import DraftLengthScheduler
-from app.engine.draft_length_async import AsyncDraftLengthScheduler
+from app.engine.vllm.core.async_draft_length_scheduler import AsyncDraftLengthScheduler
+from app.engine.vllm.core.draft_length_scheduler import DraftLengthScheduler
 
-SCHEDULER_QUALNAME = "app.engine.draft_scheduler.draft_length_scheduler"
+SCHEDULER_QUALNAME = "app.engine.vllm.core.scheduler_choice.draft_length_scheduler"
 
 
 def draft_length_scheduler(vllm_config: VllmConfig, *args: Any, **kwargs: Any) -> Scheduler:

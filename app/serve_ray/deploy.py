@@ -8,8 +8,8 @@ import signal
 import ray
 from ray import serve
 
-from app.engine.serve_replica import EngineRecipe
 from app.serve_ray.app import application
+from app.serve_ray.replica import EngineRecipe
 from app.settings import Settings
 
 logger = logging.getLogger("specgate.serve")

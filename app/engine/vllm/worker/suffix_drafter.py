@@ -28,8 +28,13 @@ from vllm.config import VllmConfig
 from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
 from vllm.v1.worker.gpu_input_batch import InputBatch
 
-from app.engine.draft_length import CACHE_TOKENS_KEY, TENANT_KEY, Confidence, draft_limit
-from app.engine.types import SuffixCacheCounts
+from app.engine.generation import SuffixCacheCounts
+from app.engine.vllm.core.draft_length_scheduler import (
+    CACHE_TOKENS_KEY,
+    TENANT_KEY,
+    Confidence,
+    draft_limit,
+)
 
 # Answers' tokens the trees may hold, all tenants together, when the engine is given no bound
 # (specgate gives --suffix-cache-tokens).

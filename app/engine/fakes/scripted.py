@@ -22,9 +22,7 @@ import zlib
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import replace
 
-from app.engine.base import EngineFacts, StopsOnExit
-from app.engine.capabilities import drafting_refusal
-from app.engine.types import (
+from app.engine.generation import (
     ChoiceDelta,
     FinishReason,
     GenerationRequest,
@@ -34,6 +32,8 @@ from app.engine.types import (
     SamplingOptions,
     TokenLogprob,
 )
+from app.engine.protocol import EngineFacts, StopsOnExit
+from app.engine.refusals import drafting_refusal
 from app.errors import (
     ContextLengthError,
     EngineFailureError,

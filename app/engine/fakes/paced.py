@@ -31,8 +31,8 @@ import random
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
-from app.engine.fake import FakeEngine, prompt_ids_of, prompt_words
-from app.engine.types import GenerationRequest, GenerationStep
+from app.engine.fakes.scripted import FakeEngine, prompt_ids_of, prompt_words
+from app.engine.generation import GenerationRequest, GenerationStep
 from app.routing.goodput import Candidate, StepCost, StepCostPrior, choose_lengths
 from app.routing.prefix_table import CHUNK_IDS, PrefixTable, prompt_chunks
 from app.vocabulary import SpecDecodeStats
