@@ -8,7 +8,6 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 
 from app.api.speculative_header import HEADER, HEADER_PATTERN, checked, parse_header
-from app.auto_tools import AutoToolChoice
 from app.dispatch import Dispatcher
 from app.engine.protocol import Engine
 from app.engine.tokenizing import TokenizerService
@@ -19,6 +18,7 @@ from app.response_store import ResponseStore
 from app.routing.policy import ClientChoice
 from app.served import ServedModel
 from app.tenancy import Tenancy
+from app.tools.auto_tools import AutoToolChoice
 from app.vocabulary import Route
 
 

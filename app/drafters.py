@@ -3,7 +3,7 @@
 The default is chosen by measurement (bench/RESULTS.md, issue 40): suffix trees (vLLM's
 `suffix` method, arctic-inference) draft from the request's prompt as n-gram lookup does and
 from the tenant's earlier answers too, which agent traffic repeats turn after turn; each
-step's length is then cut by the drafter's calibrated confidence (app/routing/goodput.py).
+step's length is then cut by the drafter's calibrated confidence (app/drafting/length_rule.py).
 Where arctic-inference is not installed, the default is n-gram prompt lookup, which needs
 nothing beyond vLLM.
 """

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from app.auto_tools import AutoToolChoice
 from app.dispatch import Dispatcher
 from app.engine.protocol import Engine
 from app.engine.tokenizing import TokenizerService
@@ -15,6 +14,7 @@ from app.response_store import ResponseStore
 from app.routing.policy import DraftLengths, RoutePolicy
 from app.served import ServedModel
 from app.tenancy import TreeScope
+from app.tools.auto_tools import AutoToolChoice
 from app.vocabulary import Route
 
 

@@ -14,7 +14,6 @@ from app.api.api_keys import ApiKeyGuard
 from app.api.body_guard import BodyGuard
 from app.api.exception_handlers import install_error_handlers
 from app.api.openapi_docs import install_openapi
-from app.auto_tools import AutoToolChoice, EnvelopeFormat, ModelFormat
 from app.dispatch import Dispatcher, Limits
 from app.engine.protocol import Engine
 from app.engine.tokenizing import TokenizerService
@@ -27,6 +26,7 @@ from app.routing.learner import Learner
 from app.routing.policy import DraftLengths, RoutePolicy, RoutingRules
 from app.served import ServedModel
 from app.settings import Settings
+from app.tools.auto_tools import AutoToolChoice, EnvelopeFormat, ModelFormat
 from app.vocabulary import Route
 
 logger = logging.getLogger("specgate")

@@ -323,7 +323,7 @@ class Settings(BaseSettings):
         json_schema_extra=_cli("requests"),
     )
     # auto: the parser of the format the chat template writes; a template with none gets
-    # specgate's own constrained format (app/auto_tools.py).
+    # specgate's own constrained format (app/tools/auto_tools.py).
     tool_call_parser: str = Field(
         "auto",
         description="vLLM's tool-call parser (hermes, llama3_json, ...), or auto",

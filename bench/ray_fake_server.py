@@ -9,7 +9,7 @@ batched steps take what the real embedded engine's measured step-cost line says,
 of them fit a 2-core machine. Only the router differs between the arms.
 
 The pacing's figures and where they come from:
-- the step-cost line: CPU_STEP_PRIOR (app/routing/goodput.py), least squares over 2,073 steps
+- the step-cost line: CPU_STEP_PRIOR (app/drafting/length_rule.py), least squares over 2,073 steps
   of the real engine (SmolLM2-135M, float32, one engine on both cores of this machine);
 - draft chances per class: the GPU simulator's suffix-tree table (bench/gpu_sim/acceptance.py,
   set from vLLM's suffix arm measured on the agent traffic here and SuffixDecoding's reports):
@@ -24,8 +24,8 @@ from __future__ import annotations
 import argparse
 import logging
 
+from app.drafting.length_rule import CPU_STEP_PRIOR
 from app.engine.fakes.paced import DraftChances, StepPacing
-from app.routing.goodput import CPU_STEP_PRIOR
 from app.serve_ray.deploy import serve_on_ray
 from app.serve_ray.replica import EngineRecipe
 from app.settings import Settings

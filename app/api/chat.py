@@ -11,7 +11,6 @@ from fastapi.responses import Response
 from app.api.openapi_docs import GENERATION_RESPONSES
 from app.api.respond import respond
 from app.api.sampling import sampling_options
-from app.auto_tools import AutoTurn, auto_turn, constrained_schema
 from app.deps import (
     AutoToolsDep,
     ClientChoiceDep,
@@ -26,7 +25,8 @@ from app.engine.generation import ChatMessage
 from app.request_spec import RequestSpec
 from app.routing.policy import ClientChoice
 from app.schemas.chat import ChatCompletion, ChatCompletionRequest, ChatMessageIn, FunctionName
-from app.tool_calls import Function, ToolCallMode, tool_call_mode
+from app.tools.auto_tools import AutoTurn, auto_turn, constrained_schema
+from app.tools.tool_calls import Function, ToolCallMode, tool_call_mode
 
 router = APIRouter()
 

@@ -10,7 +10,6 @@ from fastapi.responses import Response
 
 from app.api.openapi_docs import ERRORS, GENERATION_RESPONSES
 from app.api.respond import respond
-from app.auto_tools import AutoTurn, auto_turn, constrained_schema
 from app.deps import (
     AutoToolsDep,
     ClientChoiceDep,
@@ -35,7 +34,8 @@ from app.schemas.responses import (
     ResponseRequest,
     ToolChoiceFunction,
 )
-from app.tool_calls import Function, ToolCallMode, tool_call_mode
+from app.tools.auto_tools import AutoTurn, auto_turn, constrained_schema
+from app.tools.tool_calls import Function, ToolCallMode, tool_call_mode
 
 router = APIRouter()
 

@@ -24,7 +24,7 @@ from app.schemas.chat import (
     ToolCallOut,
     TopLogprob,
 )
-from app.tool_calls import (
+from app.tools.tool_calls import (
     CallParser,
     ToolCall,
     ToolCallDelta,

@@ -32,7 +32,7 @@ from app.schemas.responses import (
     ResponseUsage,
     TextConfig,
 )
-from app.tool_calls import (
+from app.tools.tool_calls import (
     CallParser,
     ToolCall,
     ToolCallDelta,

@@ -61,7 +61,7 @@ class GenerationRequest:
     # (0: none); None leaves the engine's own K.
     draft_length: int | None = None
     # Set: the engine re-chooses the draft length (0..draft_length) every step for the
-    # batch's goodput, starting from this per-position acceptance (app/routing/goodput.py).
+    # batch's goodput, starting from this per-position acceptance (app/drafting/length_rule.py).
     # None: the request verifies up to draft_length every step.
     acceptance_prior: float | None = None
     # A chat request's function tools, in OpenAI's shape, for the chat template.

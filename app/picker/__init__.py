@@ -7,7 +7,7 @@ it and whether it drafts, by the rule specgate's Ray Serve router uses.
     endpoints.py the model servers, from a file (kubernetes.py: an InferencePool's pods)
     scraper.py   their /metrics on an interval      -> load.py   the load book
     request.py   the OpenAI body and X-Speculative  -> RequestFacts
-    choose.py    both in the rule's terms (app/routing/replica_rank.py), pure
+    choose.py    both in the rule's terms (app/placement/replica_rank.py), pure
     picker.py    one decision per request, with the prefix and history records
     exchange.py  one ext_proc stream: Envoy's messages in, answers out
     server.py    grpc.aio: ExternalProcessor and the health service

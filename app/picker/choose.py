@@ -1,4 +1,4 @@
-"""The picker's inputs in the ranking rule's terms (app/routing/replica_rank.py), as the Ray
+"""The picker's inputs in the ranking rule's terms (app/placement/replica_rank.py), as the Ray
 Serve router adapts Ray's (app/serve_ray/router.py): an endpoint's scrape becomes a
 `ReplicaReport`, a request's facts a `Wants`. Pure, so it is tested with controlled values.
 
@@ -13,12 +13,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from app.drafting.length_rule import StepCostPrior
 from app.picker.endpoints import Endpoint
 from app.picker.load import EndpointLoad
 from app.picker.request import RequestFacts
-from app.routing.goodput import StepCostPrior
-from app.routing.learner import PRIOR_POSITION_ACCEPTANCE
-from app.routing.replica_rank import (
+from app.placement.replica_rank import (
     EXPECTED_OUTPUT_TOKENS,
     KV_FULL,
     ReplicaReport,
@@ -27,6 +26,7 @@ from app.routing.replica_rank import (
     rank,
     time_added_ms,
 )
+from app.routing.learner import PRIOR_POSITION_ACCEPTANCE
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.routing.goodput import expected_tokens
+from app.drafting.length_rule import expected_tokens
 
 RUNNING = ("vllm:num_requests_running", "specgate_requests_in_flight")
 WAITING = ("vllm:num_requests_waiting", "specgate_queued_requests")

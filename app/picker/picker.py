@@ -1,7 +1,7 @@
 """The picker's one decision per request: which endpoint, its fallbacks, and the draft length.
 
 It keeps what the rule needs beyond the scrapes, as the Ray Serve router does: the prompt
-prefixes it sent to each endpoint (app/routing/prefix_table.py) and the drafter-history keys.
+prefixes it sent to each endpoint (app/placement/prefix_table.py) and the drafter-history keys.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 
+from app.drafting.length_rule import StepCostPrior
 from app.picker.choose import (
     Pick,
     Refusal,
@@ -24,9 +25,8 @@ from app.picker.endpoints import Endpoint
 from app.picker.load import LoadBook
 from app.picker.request import RequestFacts
 from app.picker.settings import DEFAULT_QUEUE_LIMIT
-from app.routing.goodput import StepCostPrior
-from app.routing.prefix_table import PrefixTable, prompt_chunks, prompt_tokens
-from app.routing.replica_rank import draft_length
+from app.placement.prefix_table import PrefixTable, prompt_chunks, prompt_tokens
+from app.placement.replica_rank import draft_length
 
 # History keys remembered per endpoint: a suffix drafter's tenants and classes it holds.
 HISTORIES_PER_ENDPOINT = 1024

@@ -16,10 +16,10 @@ from typing import Any
 
 from app.api.speculative_header import parse_header
 from app.errors import InvalidRequestError
+from app.placement.prefix_table import Prompt
 from app.routing.classify import WorkloadClass, classify
 from app.routing.features import RequestFeatures, extract_features
 from app.routing.policy import ClientChoice
-from app.routing.prefix_table import Prompt
 
 SPECULATIVE_HEADER = "x-speculative"
 

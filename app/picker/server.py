@@ -26,6 +26,7 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import (
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
+from app.drafting.length_rule import CPU_STEP_PRIOR, GPU_STEP_PRIOR
 from app.picker.endpoints import load_endpoints
 from app.picker.exchange import Exchange
 from app.picker.kubernetes import PoolSource, in_cluster_client, own_namespace
@@ -33,7 +34,6 @@ from app.picker.load import LoadBook
 from app.picker.picker import Picker
 from app.picker.scraper import Scraper
 from app.picker.settings import PickerSettings
-from app.routing.goodput import CPU_STEP_PRIOR, GPU_STEP_PRIOR
 
 logger = logging.getLogger("specgate.picker")
 

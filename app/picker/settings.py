@@ -85,7 +85,7 @@ class PickerSettings(BaseSettings):
         0, ge=0, description="Endpoints named after the chosen one, for the data plane's retries"
     )
     # How the rule prices a step where an endpoint has not said: vLLM reports no step
-    # times, so the line is the device's prior (app/routing/goodput.py).
+    # times, so the line is the device's prior (app/drafting/length_rule.py).
     step_cost: Literal["gpu", "cpu"] = Field(
         "gpu", description="Step-cost prior the endpoints are priced by"
     )

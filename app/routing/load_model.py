@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from app.routing.least_squares import RecursiveLeastSquares, Vector
+from app.drafting.least_squares import RecursiveLeastSquares, Vector
 from app.vocabulary import Route
 
 

@@ -130,7 +130,7 @@ class ClientChoice:
 
 class RoutePolicy:
     """`adaptive`: one engine serves both routes and chooses each request's draft length at
-    every step (app/routing/goodput.py); `auto` requests then go to it with their class's
+    every step (app/drafting/length_rule.py); `auto` requests then go to it with their class's
     acceptance prior instead of being priced per route here."""
 
     def __init__(

@@ -4,7 +4,7 @@ The replica owns an engine as the gateway's `one` layout does: one engine that t
 length per request, so both routes send their requests here (the plain route's with length 0).
 It streams the engine's steps back through Serve's deployment handle, answers the calls the
 gateway makes of an engine (facts, servable, tokenizer, health), and reports what the
-router ranks replicas by (`record_routing_stats`, app/routing/replica_rank.py): its running
+router ranks replicas by (`record_routing_stats`, app/placement/replica_rank.py): its running
 and waiting requests, how full its KV cache is, its step-cost line as its outputs show it,
 how often drafts landed here by class, and whose drafter histories it holds.
 
@@ -21,13 +21,13 @@ from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app.drafting.length_rule import CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior
 from app.engine.coalesce import coalesced
 from app.engine.fakes.paced import PacedFakeEngine, StepPacing
 from app.engine.fakes.scripted import FakeEngine
 from app.engine.generation import ChatMessage, GenerationRequest, GenerationStep, SamplingOptions
 from app.engine.protocol import Engine, SuffixCacheReporter
-from app.routing.goodput import CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior
-from app.routing.step_watch import StepWatch
+from app.placement.step_watch import StepWatch
 from app.schemas.tokenize import DetokenizeRequest, TokenizeRequest
 from app.settings import Settings
 from app.vocabulary import Refusal, SpecDecodeStats
@@ -202,7 +202,7 @@ class EngineReplica:
         await self.engine.check_health()
 
     def record_routing_stats(self) -> dict[str, Any]:
-        """What the router ranks this replica by (app/routing/replica_rank.py)."""
+        """What the router ranks this replica by (app/placement/replica_rank.py)."""
         line = self._watch.step_cost.snapshot()
         capacity = self.engine.facts.kv_capacity_tokens
         held = sum(self._running.values())

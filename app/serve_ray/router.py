@@ -1,4 +1,4 @@
-"""specgate's Ray Serve request router: Ray's types in, app/routing/replica_rank.py's rule, a
+"""specgate's Ray Serve request router: Ray's types in, app/placement/replica_rank.py's rule, a
 ranking out. Nothing here decides anything the rule does not.
 
 Serve asks `choose_replicas` for each request it routes, with the replicas it may use and the
@@ -7,7 +7,7 @@ as `routing_stats` (its `record_routing_stats()`, refreshed every
 `request_routing_stats_period_s`), so a burst can arrive between two reports: the router also
 counts the requests it has in flight on each replica (Serve tells it when it sends one and
 when one completes), and takes the larger of the two. It also keeps a record of the prompt
-prefixes it sent to each replica (app/routing/prefix_table.py), from which the rule prices the
+prefixes it sent to each replica (app/placement/prefix_table.py), from which the rule prices the
 prompt tokens a replica would not compute again. Calls other than `generate` (facts,
 tokenizer) go to any replica.
 """
@@ -29,10 +29,10 @@ from ray.serve.request_router import (
     RunningReplica,
 )
 
+from app.drafting.length_rule import CPU_STEP_PRIOR, StepCostPrior
 from app.engine.generation import GenerationRequest
-from app.routing.goodput import CPU_STEP_PRIOR, StepCostPrior
-from app.routing.prefix_table import PrefixTable, prompt_chunks, prompt_tokens
-from app.routing.replica_rank import EXPECTED_OUTPUT_TOKENS, ReplicaReport, Wants, rank
+from app.placement.prefix_table import PrefixTable, prompt_chunks, prompt_tokens
+from app.placement.replica_rank import EXPECTED_OUTPUT_TOKENS, ReplicaReport, Wants, rank
 from app.serve_ray.replica import history_key
 
 logger = logging.getLogger("specgate.router")

@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from app.drafting.draft_plan import DraftPlanner, Offer
+from app.drafting.length_rule import GPU_STEP_PRIOR, Candidate, choose_lengths
 from app.main import build_route_policy
-from app.routing.draft_plan import DraftPlanner, Offer
-from app.routing.goodput import GPU_STEP_PRIOR, Candidate, choose_lengths
 from app.routing.load_model import Load
 from app.settings import Settings
 from app.vocabulary import SpecDecodeStats

@@ -11,8 +11,8 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from app.drafters import NGRAM
+from app.drafting.length_rule import CPU_STEP_PRIOR
 from app.embedded_model import MODEL_NAME
-from app.routing.goodput import CPU_STEP_PRIOR
 from app.settings import Settings
 from tests.engine.server import ServerProcess, package_server
 

@@ -1,5 +1,5 @@
 """`auto` over suffix drafts: each step's length follows the drafter's confidence in every
-token (app/routing/confidence.py), so an answer the tree has seen drafts long and a fresh
+token (app/drafting/confidence.py), so an answer the tree has seen drafts long and a fresh
 one short."""
 
 from __future__ import annotations

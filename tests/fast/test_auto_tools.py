@@ -15,14 +15,14 @@ import httpx
 import pytest
 from openai import AsyncOpenAI
 
-from app.auto_tools import EnvelopeFormat, ModelFormat
 from app.engine.fakes.scripted import FakeEngine
 from app.engine.generation import GenerationRequest
 from app.engine.vllm.tool_parser import parser_for_template
 from app.main import auto_tool_choice, create_app
 from app.settings import Settings
-from app.tool_calls import Function
-from app.tool_envelope import EnvelopeParser, envelope_schema
+from app.tools.auto_tools import EnvelopeFormat, ModelFormat
+from app.tools.tool_calls import Function
+from app.tools.tool_envelope import EnvelopeParser, envelope_schema
 from tests.conftest import MODEL
 from tests.fast.test_tool_calls import CHAT, TIME, WEATHER, chat, streamed
 from tests.scripted_site import ScriptedSite as Site

@@ -14,7 +14,7 @@ from openai import AsyncOpenAI
 from app.engine.fakes.scripted import FakeEngine
 from app.main import create_app
 from app.settings import Settings
-from app.tool_calls import Function, ToolCallMode, ToolCallStream, parse_calls
+from app.tools.tool_calls import Function, ToolCallMode, ToolCallStream, parse_calls
 from tests.conftest import MODEL
 from tests.openai_schema import CHAT as CHAT_RESPONSE
 from tests.openai_schema import CHAT_CHUNK, violations

@@ -13,7 +13,7 @@ a router's choice changes is then what it changes on a real engine:
 - drafting: a request with a draft length drafts every step it is offered a draft; each draft
   token lands with its class's chance (given the one before landed), and a request with an
   acceptance prior gets its length re-chosen every step by the same rule as the real one
-  engine (app/routing/goodput.py's choose_lengths over the pacing's line);
+  engine (app/drafting/length_rule.py's choose_lengths over the pacing's line);
 - a suffix drafter's earlier answers: a request whose prompt this replica has mostly seen
   before (a conversation's earlier turns, a repeated prompt) repeats an earlier answer with
   its class's share, and then drafts with the repeating chance.
@@ -31,10 +31,10 @@ import random
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
+from app.drafting.length_rule import Candidate, StepCost, StepCostPrior, choose_lengths
 from app.engine.fakes.scripted import FakeEngine, prompt_ids_of, prompt_words
 from app.engine.generation import GenerationRequest, GenerationStep
-from app.routing.goodput import Candidate, StepCost, StepCostPrior, choose_lengths
-from app.routing.prefix_table import CHUNK_IDS, PrefixTable, prompt_chunks
+from app.placement.prefix_table import CHUNK_IDS, PrefixTable, prompt_chunks
 from app.vocabulary import SpecDecodeStats
 
 # vLLM's KV block: the prefix cache's unit (the prefix table's chunk of token ids).

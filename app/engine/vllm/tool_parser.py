@@ -15,7 +15,7 @@ from typing import Any, cast
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.tool_parsers.abstract_tool_parser import ToolParser, ToolParserManager
 
-from app.tool_calls import ToolCall, ToolCallDelta, new_call_id
+from app.tools.tool_calls import ToolCall, ToolCallDelta, new_call_id
 
 
 def parser_names() -> list[str]:

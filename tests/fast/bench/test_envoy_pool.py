@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from app.drafting.length_rule import CPU_STEP_PRIOR
 from app.engine.fakes.paced import PacedFakeEngine
-from app.routing.goodput import CPU_STEP_PRIOR
 from bench import load_phases
 from bench.envoy_pool import build_parser, listener
 from bench.envoy_stack import Listener, envoy_config

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.routing.draft_plan import DraftPlanner
+from app.drafting.draft_plan import DraftPlanner
 from app.routing.features import extract_features
 from app.routing.policy import RoutePolicy
 from bench.gpu_sim import __main__ as runner

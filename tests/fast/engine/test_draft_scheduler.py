@@ -11,6 +11,8 @@ from typing import Any
 from vllm.sampling_params import SamplingParams
 from vllm.v1.outputs import DraftTokenIds
 
+from app.drafting.draft_plan import DraftPlanner
+from app.drafting.length_rule import StepCostPrior
 from app.engine.vllm.core.draft_length_scheduler import (
     ACCEPTANCE_PRIOR_KEY,
     DRAFT_LENGTH_KEY,
@@ -18,8 +20,6 @@ from app.engine.vllm.core.draft_length_scheduler import (
     DraftLengthScheduler,
     platform_planner,
 )
-from app.routing.draft_plan import DraftPlanner
-from app.routing.goodput import StepCostPrior
 
 K = 5
 PROPOSAL = [11, 12, 13, 14, 15]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+from app.drafting.length_rule import StepCostPrior
 from app.engine.fakes.paced import BLOCK_TOKENS, DraftChances, PacedFakeEngine, StepPacing
 from app.engine.generation import GenerationRequest, SamplingOptions
-from app.routing.goodput import StepCostPrior
 
 # Steps of a fraction of a millisecond: the tests count steps, not time.
 QUICK = StepCostPrior(

@@ -8,8 +8,8 @@ from dataclasses import astuple
 
 import pytest
 
+from app.drafting.length_rule import CPU_STEP_PRIOR, StepCostPrior
 from app.engine.generation import GenerationRequest, SamplingOptions
-from app.routing.goodput import CPU_STEP_PRIOR, StepCostPrior
 from app.serve_ray.replica import EngineRecipe, EngineReplica, history_key
 from app.serve_ray.router import LEARNED_AFTER_STEPS, learned_line, report_of, shared_line, wants_of
 

@@ -21,12 +21,12 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import (
 from envoy.service.ext_proc.v3.external_processor_pb2_grpc import ExternalProcessorStub
 from google.protobuf.struct_pb2 import Struct
 
+from app.drafting.length_rule import GPU_STEP_PRIOR
 from app.picker.endpoints import Endpoint
 from app.picker.load import EndpointLoad, LoadBook
 from app.picker.picker import Picker
 from app.picker.server import RunningPicker, running_picker
 from app.picker.settings import SUBSET_KEY, SUBSET_NAMESPACE
-from app.routing.goodput import GPU_STEP_PRIOR
 
 FIRST, SECOND, THIRD = "127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8003"
 

@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
+from app.drafting.length_rule import GPU_STEP_PRIOR
 from app.picker.endpoints import Endpoint
 from app.picker.kubernetes import PoolSource
 from app.picker.load import EndpointLoad, LoadBook
 from app.picker.picker import Picker
-from app.routing.goodput import GPU_STEP_PRIOR
 
 POOL = {
     "apiVersion": "inference.networking.k8s.io/v1",

@@ -7,10 +7,10 @@ import asyncio
 import httpx
 import pytest
 
+from app.drafting.length_rule import expected_tokens
 from app.picker.endpoints import Endpoint
 from app.picker.load import EndpointLoad, LoadBook, parse_metrics, position_acceptance
 from app.picker.scraper import Scraper
-from app.routing.goodput import expected_tokens
 from tests.conftest import ClientFactory
 
 VLLM = """\

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from app.drafting.length_rule import CPU_STEP_PRIOR, GPU_STEP_PRIOR
 from app.picker.choose import Pick, Refusal, report_of, wants_of
 from app.picker.endpoints import Endpoint
 from app.picker.load import EndpointLoad, LoadBook
 from app.picker.picker import Picker
 from app.picker.request import RequestFacts, read_request
-from app.routing.goodput import CPU_STEP_PRIOR, GPU_STEP_PRIOR
-from app.routing.replica_rank import draft_length
+from app.placement.replica_rank import draft_length
 
 A, B = "10.0.0.1:8000", "10.0.0.2:8000"
 CODE_EDIT = "Fix the bug:\ndef f(x):\n    return x +\nprint(f(1))\n"

@@ -1,13 +1,13 @@
-"""The drafter's confidence calibrated against what steps accept (app/routing/confidence.py),
-and the planner pricing each draft position by it (app/routing/draft_plan.py)."""
+"""The drafter's confidence calibrated against what steps accept (app/drafting/confidence.py),
+and the planner pricing each draft position by it (app/drafting/draft_plan.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.routing.confidence import MOST_LIKELY, ConfidenceCalibration
-from app.routing.draft_plan import DraftPlanner, Offer
-from app.routing.goodput import CPU_STEP_PRIOR
+from app.drafting.confidence import MOST_LIKELY, ConfidenceCalibration
+from app.drafting.draft_plan import DraftPlanner, Offer
+from app.drafting.length_rule import CPU_STEP_PRIOR
 
 
 def test_a_fresh_table_takes_the_drafter_at_its_word() -> None:

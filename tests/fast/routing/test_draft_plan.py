@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
-from app.routing.draft_plan import MEASURE_DRAFTING_AFTER_STEPS, DraftPlanner, Offer
-from app.routing.goodput import StepCostPrior
+from app.drafting.draft_plan import MEASURE_DRAFTING_AFTER_STEPS, DraftPlanner, Offer
+from app.drafting.length_rule import StepCostPrior
 
 # A line that prices the speculative path far above what drafting saves: left alone, the
 # rule would never draft again, and never see that the price is wrong.

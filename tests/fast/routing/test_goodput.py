@@ -1,4 +1,4 @@
-"""The per-step draft-length rule (app/routing/goodput.py), with controlled inputs."""
+"""The per-step draft-length rule (app/drafting/length_rule.py), with controlled inputs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from app.routing.goodput import (
+from app.drafting.length_rule import (
     CPU_STEP_PRIOR,
     GPU_STEP_PRIOR,
     AcceptanceEstimate,

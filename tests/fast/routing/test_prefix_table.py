@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.routing.prefix_table import (
+from app.placement.prefix_table import (
     CHARS_PER_TOKEN,
     CHUNK_CHARS,
     PrefixTable,

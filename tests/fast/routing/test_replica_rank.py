@@ -1,4 +1,4 @@
-"""The replica-ranking rule (app/routing/replica_rank.py) with controlled reports."""
+"""The replica-ranking rule (app/placement/replica_rank.py) with controlled reports."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from app.routing.goodput import CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior
-from app.routing.replica_rank import (
+from app.drafting.length_rule import CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior
+from app.placement.replica_rank import (
     HISTORY_MARGIN,
     KV_FULL,
     ReplicaReport,

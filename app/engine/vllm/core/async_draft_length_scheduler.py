@@ -27,12 +27,12 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.outputs import ModelRunnerOutput
 
+from app.drafting.draft_plan import Offer
 from app.engine.vllm.core.draft_length_scheduler import (
     acceptance_prior,
     draft_limit,
     platform_planner,
 )
-from app.routing.draft_plan import Offer
 
 
 class AsyncDraftLengthScheduler(AsyncScheduler):

@@ -4,7 +4,7 @@ A request may carry, in `SamplingParams.extra_args`, its own limit on draft toke
 (`DRAFT_LENGTH_KEY`, 0..K; 0 means it never drafts, so one speculative engine can serve both
 routes) and an acceptance prior (`ACCEPTANCE_PRIOR_KEY`). With a prior, the length is not
 fixed: each step the scheduler picks every such request's length in 0..limit for the
-batch's goodput (app/routing/goodput.py), from the request's acceptance so far and the
+batch's goodput (app/drafting/length_rule.py), from the request's acceptance so far and the
 engine's step times. Without one, the request verifies up to its limit every step.
 
 vLLM builds `DraftLengthScheduler` in its engine core process when the engine schedules
@@ -34,8 +34,8 @@ from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 
-from app.routing.draft_plan import DraftPlanner, Offer
-from app.routing.goodput import CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior
+from app.drafting.draft_plan import DraftPlanner, Offer
+from app.drafting.length_rule import CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior
 
 # Under "vllm", whose handlers the engine core process configures (it runs there).
 logger = logging.getLogger("vllm.specgate.scheduler")

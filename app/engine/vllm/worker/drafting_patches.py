@@ -10,7 +10,7 @@ process only. Each passes through on an engine that does not draft.
 - With suffix decoding, the runner's proposer is replaced, on its first step, by one that keeps
   the tree of earlier answers per tenant (app/engine/vllm/worker/suffix_drafter.py), and the
   drafts the worker hands the scheduler carry the drafter's probability for each token, which the
-  length rule prices positions by (app/routing/confidence.py).
+  length rule prices positions by (app/drafting/confidence.py).
 - A step in which no request has drafts samples as a plain engine does. vLLM 0.32 sends
   every step of a speculative engine through its rejection sampler, which for such a step
   only adds work (a profile of length-0 requests put it at about 3 % of their time), and

@@ -6,7 +6,7 @@ Decided once, at start (app/main.py), from the chat template:
   JSON, Mistral `[TOOL_CALLS]`, ...): the model writes calls its own way, the template renders
   the tools, and that parser reads the calls (`ModelFormat`);
 - it shows none (the embedded model): specgate's own envelope, constrained
-  (`EnvelopeFormat`, app/tool_envelope.py).
+  (`EnvelopeFormat`, app/tools/tool_envelope.py).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 from app.engine.generation import ChatMessage
 from app.errors import InvalidRequestError
-from app.tool_calls import CallParser, CallParsers, Function, ToolCallMode
-from app.tool_envelope import EnvelopeParser, answers_tool_results, described, envelope_schema
+from app.tools.tool_calls import CallParser, CallParsers, Function, ToolCallMode
+from app.tools.tool_envelope import EnvelopeParser, answers_tool_results, described, envelope_schema
 
 
 @dataclass(frozen=True)

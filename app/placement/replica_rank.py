@@ -32,7 +32,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from app.routing.goodput import (
+from app.drafting.length_rule import (
     Candidate,
     StepCost,
     StepCostPrior,
@@ -85,7 +85,7 @@ class Wants:
     max_draft: int = 5
     output_tokens: int = EXPECTED_OUTPUT_TOKENS
     # Prompt tokens, and by replica id those its prefix cache likely holds
-    # (app/routing/prefix_table.py).
+    # (app/placement/prefix_table.py).
     prompt_tokens: int = 0
     cached_tokens: Mapping[str, int] = field(default_factory=dict)
 

@@ -1,5 +1,5 @@
 """Which replica has most of a prompt in its prefix cache: the router's record of what it sent
-where (as Ray's PrefixCacheAffinityRouter keeps one), read by app/routing/replica_rank.py as
+where (as Ray's PrefixCacheAffinityRouter keeps one), read by app/placement/replica_rank.py as
 prompt tokens a replica would not compute again.
 
 A prompt is cut into chunks, each keyed by a hash of everything up to its end (as vLLM chains

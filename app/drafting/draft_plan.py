@@ -1,5 +1,5 @@
 """One engine's draft-length planning state: each request's acceptance so far and the
-engine's step-cost line, applied through the rule in app/routing/goodput.py.
+engine's step-cost line, applied through the rule in app/drafting/length_rule.py.
 
 The engine's scheduler (app/engine/vllm/core/draft_length_scheduler.py) and the GPU-scale simulator
 (bench/gpu_sim) both drive this class, so what the simulator runs is what the engine runs:
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from app.routing.confidence import ConfidenceCalibration
-from app.routing.goodput import (
+from app.drafting.confidence import ConfidenceCalibration
+from app.drafting.length_rule import (
     AcceptanceEstimate,
     Candidate,
     StepCost,

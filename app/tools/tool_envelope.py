@@ -24,7 +24,7 @@ import json
 from typing import Any
 
 from app.engine.generation import ChatMessage
-from app.tool_calls import (
+from app.tools.tool_calls import (
     Function,
     ToolCall,
     ToolCallDelta,

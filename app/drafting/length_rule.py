@@ -32,7 +32,7 @@ The acceptance a of each request is its own so far (recent steps weigh most), st
 prior the gateway hands over at submission (its class's history). A drafter that says how
 sure it is of each token (suffix trees: how often each token followed the matched text)
 gives each position its own chance instead, calibrated against what steps accept
-(app/routing/confidence.py); the k+1-th draft then adds the product of the first k+1.
+(app/drafting/confidence.py); the k+1-th draft then adds the product of the first k+1.
 Drafts the rule leaves out are still checked against the tokens the step produced, so a
 request that stopped drafting keeps learning whether it should start again.
 """
@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from app.routing.least_squares import RecursiveLeastSquares
+from app.drafting.least_squares import RecursiveLeastSquares
 
 # A prior acceptance counts as this many observed draft positions.
 PRIOR_POSITIONS = 2.0
@@ -254,7 +254,7 @@ class Candidate:
     # True: the rule picks 0..available; False: the client fixed the length (all available).
     adaptive: bool = True
     # Per draft position on offer, the chance it lands once those before it have (the
-    # drafter's own confidence, calibrated: app/routing/confidence.py); None: `acceptance`
+    # drafter's own confidence, calibrated: app/drafting/confidence.py); None: `acceptance`
     # at every position.
     positions: tuple[float, ...] | None = None
 

@@ -132,7 +132,7 @@ def tool_call_mode(
     auto_served: bool = False,
 ) -> ToolCallMode | None:
     """The constraint for a tool choice ("none", "required", or a `named` function); None for
-    free text and for "auto" when it is served (app/auto_tools.py). `field` names the request
+    free text and for "auto" when it is served (app/tools/auto_tools.py). `field` names the request
     field in errors."""
     if named is not None:
         return ToolCallMode("named", tuple(f for f in functions if f.name == named))

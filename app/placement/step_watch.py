@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.routing.goodput import StepCost, StepCostPrior
+from app.drafting.length_rule import StepCost, StepCostPrior
 
 # Outputs this close together belong to one engine step.
 BURST_WINDOW_S = 0.002

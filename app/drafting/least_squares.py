@@ -2,7 +2,7 @@
 
 Used wherever specgate learns a cost from traffic: the gateway's milliseconds per token
 under load (app/routing/load_model.py) and the engine's milliseconds per step
-(app/routing/goodput.py). Priors act as a few pseudo-observations, so a fresh server starts
+(app/drafting/length_rule.py). Priors act as a few pseudo-observations, so a fresh server starts
 from them and traffic replaces them.
 """
 
