@@ -108,7 +108,7 @@ class EngineReplica:
                 per_request_draft_length=True,
             )
             return await self._stack.enter_async_context(fake)
-        from app.engine.launch import resolve_model_path, start_vllm_engines
+        from app.engine.vllm.launch import resolve_model_path, start_vllm_engines
 
         settings = Settings(**{**recipe.settings, "engine_layout": "one"})
         self._model_path = await resolve_model_path(settings)

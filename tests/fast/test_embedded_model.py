@@ -74,7 +74,7 @@ async def test_the_build_time_conversion_is_the_cache_the_server_reads(
     # The CPU image runs `python -m app.prepare_model` at build time; a container started
     # later with the same SPECGATE_CACHE_DIR must find the model without converting again.
     from app import embedded_model, prepare_model
-    from app.engine.launch import resolve_model_path
+    from app.engine.vllm.launch import resolve_model_path
     from app.settings import Settings
 
     convert = CountingConverter()

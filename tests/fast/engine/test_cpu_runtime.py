@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.launch import cpu_preload
 from app.engine.vllm import cpu_runtime
 from app.engine.vllm.cpu_runtime import (
     PRELOAD_VARIABLE,
@@ -16,6 +15,7 @@ from app.engine.vllm.cpu_runtime import (
     preloaded,
     recommended_preload,
 )
+from app.engine.vllm.launch import cpu_preload
 from app.settings import Settings
 
 TCMALLOC, IOMP = cpu_runtime.LIBRARIES

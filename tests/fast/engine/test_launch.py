@@ -8,10 +8,10 @@ from contextlib import AsyncExitStack
 
 import pytest
 
-from app.engine import launch
 from app.engine.fakes.scripted import FakeEngine
 from app.engine.protocol import Engine
 from app.engine.remote.remote_engine import RemoteEngine
+from app.engine.vllm import launch
 from app.settings import Settings
 from app.vocabulary import Route
 from tests.paths import REPO
@@ -20,7 +20,7 @@ from tests.paths import REPO
 ALL_REMOTE = """
 import asyncio, sys
 from contextlib import AsyncExitStack
-from app.engine.launch import start_engines
+from app.engine.vllm.launch import start_engines
 from app.engine.remote.remote_engine import RemoteEngine
 from app.settings import Settings
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from app.cli import parse_settings
-from app.engine import launch
 from app.engine.protocol import StopsOnExit
+from app.engine.vllm import launch
 from app.engine.vllm.memory_plan import (
     DeviceFacts,
     MemoryPlanError,
