@@ -195,7 +195,7 @@ def create_app(
             elif starter is not None:
                 running = await starter(settings, stack)
             else:
-                from app.engine.vllm.launch import start_engines
+                from app.engine.start import start_engines
 
                 running = await start_engines(settings, stack)
             app.state.gateway = build_gateway(settings, running)

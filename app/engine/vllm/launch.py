@@ -1,7 +1,7 @@
-"""Start each route's engine for a set of settings, and stop them all on exit.
-
-A route with upstreams is served by a remote pool (`app.engine.remote.remote_engine`); any
-other by an embedded vLLM engine. With both routes remote, vLLM is never imported.
+"""Start the embedded vLLM engines for a set of settings, and stop them on exit: the
+layout (one engine or two), their cores or devices, their memory plan, and the CPU runtime
+their engine cores are spawned with. Which routes are embedded is app/engine/start.py's
+choice.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import psutil
 
 from app.embedded_model import prepare_embedded_model
 from app.engine.protocol import Engine
-from app.engine.remote.remote_engine import RemoteEngine
 from app.engine.vllm.cpu_cores import bound_to, core_plan, keep_numba_off_the_cores, whole_machine
 from app.engine.vllm.cpu_runtime import preloaded, recommended_preload
 from app.engine.vllm.memory_plan import DeviceFacts, Layout, check_plan, choose_layout, needs
@@ -36,20 +35,6 @@ async def resolve_model_path(settings: Settings) -> str:
         return settings.model
     folder = await asyncio.to_thread(prepare_embedded_model, settings.embedded_model_dir)
     return str(folder)
-
-
-async def start_engines(settings: Settings, stack: AsyncExitStack) -> dict[Route, Engine]:
-    """Both routes' engines, each registered on `stack` for shutdown as soon as it exists."""
-    engines: dict[Route, Engine] = {}
-    for route in ROUTES:
-        if settings.upstreams(route):
-            engines[route] = await stack.enter_async_context(
-                await RemoteEngine.start(settings, route)
-            )
-    embedded = [route for route in ROUTES if route not in engines]
-    if embedded:
-        engines.update(await start_vllm_engines(settings, stack, embedded))
-    return engines
 
 
 async def start_vllm_engines(

@@ -11,6 +11,7 @@ import pytest
 from app.engine.fakes.scripted import FakeEngine
 from app.engine.protocol import Engine
 from app.engine.remote.remote_engine import RemoteEngine
+from app.engine.start import start_engines
 from app.engine.vllm import launch
 from app.settings import Settings
 from app.vocabulary import Route
@@ -20,7 +21,7 @@ from tests.paths import REPO
 ALL_REMOTE = """
 import asyncio, sys
 from contextlib import AsyncExitStack
-from app.engine.vllm.launch import start_engines
+from app.engine.start import start_engines
 from app.engine.remote.remote_engine import RemoteEngine
 from app.settings import Settings
 
@@ -60,7 +61,7 @@ async def test_a_route_without_upstreams_keeps_its_embedded_engine(
     monkeypatch.setattr(launch, "start_vllm_engines", fake_vllm)
     settings = Settings(plain_upstreams="http://127.0.0.1:9")  # type: ignore[arg-type]
     async with AsyncExitStack() as stack:
-        engines = await launch.start_engines(settings, stack)
+        engines = await start_engines(settings, stack)
         assert embedded == [["speculative"]]
         assert isinstance(engines["plain"], RemoteEngine)
         assert isinstance(engines["speculative"], FakeEngine)
