@@ -41,14 +41,17 @@ from app.engine.protocol import EngineFacts, StopsOnExit
 from app.engine.refusals import drafting_refusal
 from app.engine.sampling_table import engine_sampling, finish_reason
 from app.engine.tokenizing import LocalTokenizer
-from app.engine.vllm.core.draft_length_scheduler import (
+
+# Loads the scheduler's module, whose import lets requests of draft length 0 past vLLM's
+# refusal of min_p and logit_bias on speculative engines, here where requests are checked.
+from app.engine.vllm.core.scheduler_choice import SCHEDULER_QUALNAME
+from app.engine.vllm.extra_args import (
     ACCEPTANCE_PRIOR_KEY,
     CACHE_TOKENS_KEY,
     DRAFT_LENGTH_KEY,
     STEP_COST_KEY,
     TENANT_KEY,
 )
-from app.engine.vllm.core.scheduler_choice import SCHEDULER_QUALNAME
 from app.engine.vllm.model_runner import RunnerFacts, pinned_runner, runner_of
 from app.errors import (
     ContextLengthError,

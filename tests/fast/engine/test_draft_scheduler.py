@@ -13,13 +13,8 @@ from vllm.v1.outputs import DraftTokenIds
 
 from app.drafting.draft_plan import DraftPlanner
 from app.drafting.length_rule import StepCostPrior
-from app.engine.vllm.core.draft_length_scheduler import (
-    ACCEPTANCE_PRIOR_KEY,
-    DRAFT_LENGTH_KEY,
-    STEP_COST_KEY,
-    DraftLengthScheduler,
-    platform_planner,
-)
+from app.engine.vllm.core.draft_length_scheduler import DraftLengthScheduler, platform_planner
+from app.engine.vllm.extra_args import ACCEPTANCE_PRIOR_KEY, DRAFT_LENGTH_KEY, STEP_COST_KEY
 
 K = 5
 PROPOSAL = [11, 12, 13, 14, 15]

@@ -20,7 +20,7 @@ from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
-from app.engine.vllm.core.draft_length_scheduler import ACCEPTANCE_PRIOR_KEY, DRAFT_LENGTH_KEY
+from app.engine.vllm.extra_args import ACCEPTANCE_PRIOR_KEY, DRAFT_LENGTH_KEY
 from app.engine.vllm.vllm_engine import engine_args
 from app.settings import Settings
 from tests.tiny_llama import tiny_llama_folder

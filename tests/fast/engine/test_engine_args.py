@@ -6,7 +6,7 @@ import pytest
 from pydantic_settings import CliApp
 
 from app.cli import parse_settings
-from app.engine.vllm.core.draft_length_scheduler import CACHE_TOKENS_KEY, STEP_COST_KEY
+from app.engine.vllm.extra_args import CACHE_TOKENS_KEY, STEP_COST_KEY
 from app.engine.vllm.vllm_engine import WORKER_EXTENSION_QUALNAME, engine_args, on_cpu
 from app.settings import Settings
 
@@ -85,7 +85,7 @@ def test_a_shared_engine_gets_both_routes_memory() -> None:
 def test_a_request_drafts_at_most_its_own_length(
     extra_args: dict[str, int] | None, limit: int
 ) -> None:
-    from app.engine.vllm.core.draft_length_scheduler import draft_limit
+    from app.engine.vllm.extra_args import draft_limit
 
     assert draft_limit(extra_args, 5) == limit
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from vllm.v1.outputs import DraftTokenIds
 
-from app.engine.vllm.core.draft_length_scheduler import (
+from app.engine.vllm.extra_args import (
     CACHE_TOKENS_KEY,
     CONFIDENCE_ATTRIBUTE,
     DRAFT_LENGTH_KEY,

@@ -28,11 +28,8 @@ from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.outputs import ModelRunnerOutput
 
 from app.drafting.draft_plan import Offer
-from app.engine.vllm.core.draft_length_scheduler import (
-    acceptance_prior,
-    draft_limit,
-    platform_planner,
-)
+from app.engine.vllm.core.draft_length_scheduler import platform_planner
+from app.engine.vllm.extra_args import acceptance_prior, draft_limit
 
 
 class AsyncDraftLengthScheduler(AsyncScheduler):

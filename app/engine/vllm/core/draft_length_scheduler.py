@@ -36,24 +36,17 @@ from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 
 from app.drafting.draft_plan import DraftPlanner, Offer
 from app.drafting.length_rule import CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior
+from app.engine.vllm.extra_args import (
+    CONFIDENCE_ATTRIBUTE,
+    STEP_COST_KEY,
+    Confidence,
+    acceptance_prior,
+    draft_limit,
+)
 
 # Under "vllm", whose handlers the engine core process configures (it runs there).
 logger = logging.getLogger("vllm.specgate.scheduler")
 
-DRAFT_LENGTH_KEY = "specgate_draft_length"
-ACCEPTANCE_PRIOR_KEY = "specgate_acceptance_prior"
-# In the engine's additional_config: a step-cost line (base, per sequence, per token, per
-# sequence drafting; ms) to hold instead of learning one from the engine's own steps.
-STEP_COST_KEY = "specgate_step_cost"
-# Suffix decoding (app/engine/vllm/worker/suffix_drafter.py): whose earlier answers a request
-# may draft from, in its extra_args; and the answer tokens the trees may hold, in
-# additional_config.
-TENANT_KEY = "specgate_tenant"
-CACHE_TOKENS_KEY = "specgate_suffix_cache_tokens"
-# On vLLM's DraftTokenIds from the worker: per request, the drafter's probability for each
-# draft token and the length of the match the draft came from (a list and an int), or None.
-CONFIDENCE_ATTRIBUTE = "specgate_confidence"
-Confidence = tuple[list[float], int]
 # How often the engine core logs its learned step-cost line (steps).
 STEP_COST_LOG_EVERY = 500
 # A file to append every step's shape and time to, as JSON lines (for profiling).
@@ -67,18 +60,6 @@ def platform_planner(additional_config: object = None) -> DraftPlanner:
     if fixed is not None:
         return DraftPlanner(StepCostPrior(*(float(term) for term in fixed)), fixed_step_cost=True)
     return DraftPlanner(CPU_STEP_PRIOR if current_platform.is_cpu() else GPU_STEP_PRIOR)
-
-
-def draft_limit(extra_args: dict[str, Any] | None, k: int) -> int:
-    """The most draft tokens a request may verify per step: its own limit, within 0..k."""
-    value = extra_args.get(DRAFT_LENGTH_KEY) if extra_args else None
-    return k if value is None else max(0, min(int(value), k))
-
-
-def acceptance_prior(extra_args: dict[str, Any] | None) -> float | None:
-    """The request's acceptance prior, in [0, 1): it asks for a length re-chosen each step."""
-    value = extra_args.get(ACCEPTANCE_PRIOR_KEY) if extra_args else None
-    return None if value is None else min(max(float(value), 0.0), 0.99)
 
 
 class DraftLengthScheduler(Scheduler):

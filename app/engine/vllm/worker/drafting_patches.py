@@ -38,7 +38,7 @@ from vllm.v1.sample.logits_processor import BUILTIN_LOGITS_PROCESSORS, LogitsPro
 from vllm.v1.worker import gpu_model_runner
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-from app.engine.vllm.core.draft_length_scheduler import CONFIDENCE_ATTRIBUTE, draft_limit
+from app.engine.vllm.extra_args import CONFIDENCE_ATTRIBUTE, draft_limit
 
 _sample = GPUModelRunner._sample
 

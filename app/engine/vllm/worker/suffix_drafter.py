@@ -29,7 +29,7 @@ from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
 from vllm.v1.worker.gpu_input_batch import InputBatch
 
 from app.engine.generation import SuffixCacheCounts
-from app.engine.vllm.core.draft_length_scheduler import (
+from app.engine.vllm.extra_args import (
     CACHE_TOKENS_KEY,
     TENANT_KEY,
     Confidence,
