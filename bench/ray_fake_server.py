@@ -82,7 +82,9 @@ def main() -> int:
     parser.add_argument("--replicas", type=int, default=2)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
-    recipe = EngineRecipe(fake_pacing=pacing())
+    recipe = EngineRecipe(
+        fake="app.engine.fakes.paced:PacedFakeEngine", fake_args={"pacing": pacing()}
+    )
     return serve_on_ray(settings(args.port, args.router, args.replicas), recipe)
 
 

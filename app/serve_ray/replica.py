@@ -13,6 +13,7 @@ Nothing here imports Ray: Serve calls these methods by name, so the class is tes
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 from collections import OrderedDict
@@ -23,8 +24,6 @@ from typing import Any
 
 from app.drafting.length_rule import CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior
 from app.engine.coalesce import coalesced
-from app.engine.fakes.paced import PacedFakeEngine, StepPacing
-from app.engine.fakes.scripted import FakeEngine
 from app.engine.generation import ChatMessage, GenerationRequest, GenerationStep, SamplingOptions
 from app.engine.protocol import Engine, SuffixCacheReporter
 from app.placement.step_watch import StepWatch
@@ -41,13 +40,13 @@ HISTORY_KEYS = 1024
 @dataclass(frozen=True)
 class EngineRecipe:
     """How a replica starts its engine: specgate's embedded engine with these settings
-    (Settings fields; the layout is always `one`), or, with `fake_seconds_per_token`, the
-    fake engine at that pace (tests), or with `fake_pacing`, the fake engine in batched steps
-    priced as the real engine's (the routing benchmark: app/engine/fakes/paced.py)."""
+    (Settings fields; the layout is always `one`), or a stand-in for tests and benchmarks
+    named by its import path (`module:callable`, called with `fake_args`), so that serving
+    code never imports the fakes (app/engine/fakes/)."""
 
     settings: dict[str, Any] = field(default_factory=dict)
-    fake_seconds_per_token: float | None = None
-    fake_pacing: StepPacing | None = None
+    fake: str | None = None
+    fake_args: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -96,18 +95,13 @@ class EngineReplica:
         self._running: dict[str, int] = {}  # request id -> tokens it holds in the KV cache
         self._acceptance = _Acceptance()
         self._histories: OrderedDict[str, None] = OrderedDict()
-        self._watch = StepWatch(self._prior(recipe))
+        self._watch = StepWatch(self._prior(recipe, self.engine))
 
     async def _start(self, recipe: EngineRecipe) -> Engine:
-        if recipe.fake_pacing is not None:
-            return await self._stack.enter_async_context(PacedFakeEngine(recipe.fake_pacing))
-        if recipe.fake_seconds_per_token is not None:
-            fake = FakeEngine(
-                "speculative",
-                seconds_per_token=recipe.fake_seconds_per_token,
-                per_request_draft_length=True,
-            )
-            return await self._stack.enter_async_context(fake)
+        if recipe.fake is not None:
+            module, name = recipe.fake.split(":")
+            make = getattr(importlib.import_module(module), name)
+            return await self._stack.enter_async_context(make(**recipe.fake_args))
         from app.engine.vllm.launch import resolve_model_path, start_vllm_engines
 
         settings = Settings(**{**recipe.settings, "engine_layout": "one"})
@@ -116,11 +110,11 @@ class EngineReplica:
         return engines["speculative"]
 
     @staticmethod
-    def _prior(recipe: EngineRecipe) -> StepCostPrior:
-        if recipe.fake_pacing is not None:
-            return recipe.fake_pacing.line
-        if recipe.fake_seconds_per_token is not None:
-            return CPU_STEP_PRIOR
+    def _prior(recipe: EngineRecipe, engine: Engine) -> StepCostPrior:
+        if recipe.fake is not None:
+            # A paced fake prices its steps by a line of its own; the others by the CPU's.
+            line = getattr(engine, "step_cost_line", None)
+            return line if isinstance(line, StepCostPrior) else CPU_STEP_PRIOR
         from app.engine.vllm.vllm_engine import on_cpu
 
         return CPU_STEP_PRIOR if on_cpu() else GPU_STEP_PRIOR

@@ -28,7 +28,14 @@ PLAIN = {"X-Speculative": "off"}
 def site(cluster: Cluster) -> Iterator[Cluster]:
     cluster.deploy(
         Settings(ray_replicas=2, routing_exploration=0),
-        EngineRecipe(fake_seconds_per_token=SECONDS_PER_TOKEN),
+        EngineRecipe(
+            fake="app.engine.fakes.scripted:FakeEngine",
+            fake_args={
+                "route": "speculative",
+                "seconds_per_token": SECONDS_PER_TOKEN,
+                "per_request_draft_length": True,
+            },
+        ),
     )
     cluster.wait_for_replicas(2)
     try:

@@ -175,6 +175,8 @@ class PacedFakeEngine(FakeEngine):
         super().__init__("speculative", max_model_len=max_model_len, per_request_draft_length=True)
         self.clock = StepClock(pacing)
         self._seats: dict[str, _Seat] = {}
+        # The line its steps are priced by: a Ray replica's step watch starts from it.
+        self.step_cost_line = pacing.line
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
         words = prompt_words(request.prompt)

@@ -16,7 +16,15 @@ from app.serve_ray.router import LEARNED_AFTER_STEPS, learned_line, report_of, s
 
 async def replica() -> EngineReplica:
     made = EngineReplica.__new__(EngineReplica)
-    await made.__init__(EngineRecipe(fake_seconds_per_token=0.01))  # type: ignore[misc]
+    recipe = EngineRecipe(
+        fake="app.engine.fakes.scripted:FakeEngine",
+        fake_args={
+            "route": "speculative",
+            "seconds_per_token": 0.01,
+            "per_request_draft_length": True,
+        },
+    )
+    await made.__init__(recipe)  # type: ignore[misc]
     return made
 
 
