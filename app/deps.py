@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
-from app.api.speculative_header import HEADER, HEADER_PATTERN, checked, parse_header
+from app.api.speculative_header import checked, parse_header
 from app.dispatch import Dispatcher
 from app.engine.protocol import Engine
 from app.engine.tokenizing import TokenizerService
@@ -15,6 +15,7 @@ from app.errors import EngineUnavailableError
 from app.gateway import Gateway
 from app.metrics import GatewayMetrics
 from app.response_store import ResponseStore
+from app.routing.choice_header import HEADER, HEADER_PATTERN
 from app.routing.policy import ClientChoice
 from app.served import ServedModel
 from app.tenancy import Tenancy

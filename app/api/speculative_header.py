@@ -1,5 +1,5 @@
-"""The X-Speculative header: parsed into the client's choice, checked against the engines, and
-the 400s of what no route can serve as asked.
+"""The X-Speculative header over HTTP: the client's choice read (app/routing/choice_header.py)
+or a 400, checked against the engines, and the 400s of what no route can serve as asked.
 
 The routing policy works on values (`ClientChoice` in, `RouteDecision` or `NoRoute` out); this
 module is where they meet HTTP.
@@ -8,39 +8,16 @@ module is where they meet HTTP.
 from __future__ import annotations
 
 from app.errors import InvalidRequestError
+from app.routing.choice_header import HEADER, MalformedChoice, read_choice
 from app.routing.policy import ClientChoice, DraftLengths, NoRoute
-
-HEADER = "X-Speculative"
-# What parse_header accepts (it ignores case and spaces), for the OpenAPI document.
-HEADER_PATTERN = r"^\s*([Oo][Nn]|[Oo][Ff][Ff]|[Aa][Uu][Tt][Oo])\s*(;\s*[Kk]\s*=\s*[0-9]+\s*)?$"
 
 
 def parse_header(header_value: str | None) -> ClientChoice:
-    """`on`, `off` or `auto`, where `on` and `auto` may add `;k=N` (N >= 1 draft tokens)."""
-    value = (header_value or "auto").strip().lower()
-    head, _, parameter = value.partition(";")
-    head, parameter = head.strip(), parameter.strip()
-    if head not in ("on", "off", "auto"):
-        raise _invalid(
-            f"{HEADER} must be one of on, off, auto (on and auto may add ;k=N); "
-            f"got {header_value!r}"
-        )
-    if not parameter:
-        return ClientChoice(head)  # type: ignore[arg-type]
-    name, _, number = parameter.partition("=")
-    number = number.strip()
-    # ASCII digits only: str.isdigit() also admits "²", which int() then refuses.
-    if head == "off" or name.strip() != "k" or not (number.isascii() and number.isdigit()):
-        raise _invalid(
-            f"{HEADER}: only on and auto take a draft length, as on;k=N with N a whole "
-            f"number of at least 1; got {header_value!r}"
-        )
-    length = int(number)
-    if length < 1:
-        raise _invalid(
-            f"{HEADER}: k must be at least 1 (send off for no drafting); got {header_value!r}"
-        )
-    return ClientChoice(head, length)  # type: ignore[arg-type]
+    """The client's choice (app/routing/choice_header.py), or a 400 naming the grammar."""
+    try:
+        return read_choice(header_value)
+    except MalformedChoice as malformed:
+        raise _invalid(str(malformed)) from None
 
 
 def checked(choice: ClientChoice, lengths: DraftLengths) -> ClientChoice:

@@ -14,9 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.api.speculative_header import parse_header
-from app.errors import InvalidRequestError
 from app.placement.prefix_table import Prompt
+from app.routing.choice_header import MalformedChoice, read_choice
 from app.routing.classify import WorkloadClass, classify
 from app.routing.features import RequestFeatures, extract_features
 from app.routing.policy import ClientChoice
@@ -85,8 +84,8 @@ def _client_choice(value: str | None) -> ClientChoice | None:
     if value is None:
         return None
     try:
-        choice = parse_header(value)
-    except InvalidRequestError:
+        choice = read_choice(value)
+    except MalformedChoice:
         return None
     return None if choice.preference == "auto" and choice.draft_length is None else choice
 
