@@ -14,7 +14,7 @@ from app.cli import parse_settings
 from app.serve_ray.app import ROUTERS, build, engine_options
 from app.settings import Settings
 
-CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "ray-serve.yaml"
+CONFIG = Path(__file__).resolve().parents[3] / "deploy" / "ray-serve.yaml"
 
 
 def test_replicas_take_their_count_resources_and_router_from_the_flags() -> None:
