@@ -35,8 +35,15 @@ from bench import repeats
 from bench.agent_sessions import KINDS, Session, sessions
 from bench.load_phases import ARM_TABLE, LoadArm, server_spec
 from bench.manifest import recorded_run
-from bench.run import MODEL_DIR, MODEL_NAME, stop_on_sigterm
-from bench.servers import ServerError, free_port, serve, traced
+from bench.servers import (
+    MODEL_DIR,
+    MODEL_NAME,
+    ServerError,
+    free_port,
+    serve,
+    stop_on_sigterm,
+    traced,
+)
 
 logger = logging.getLogger("bench.agent_traffic")
 

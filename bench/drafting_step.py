@@ -30,10 +30,8 @@ import httpx
 
 from app.embedded_model import MODEL_NAME
 from bench.manifest import recorded_run
-from bench.mixed_batch import JSON_CONTINUATION, POEM
-from bench.servers import free_port, serve, specgate_spec
-
-REPO = Path(__file__).resolve().parents[1]
+from bench.prompt_set import JSON_CONTINUATION, POEM
+from bench.servers import REPO, free_port, serve, specgate_spec
 
 
 async def _request(client: httpx.AsyncClient, drafting: bool, tokens: int) -> None:

@@ -41,8 +41,7 @@ from bench.envoy_stack import (
     start_upstream,
     upstream_ready,
 )
-from bench.run import stop_on_sigterm
-from bench.servers import ServerProcess, free_port
+from bench.servers import ServerProcess, free_port, stop_on_sigterm
 from scripts.install_envoy import envoy_binary, install
 
 logger = logging.getLogger("bench.envoy_pool")

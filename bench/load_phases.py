@@ -38,15 +38,19 @@ from app.drafters import NGRAM
 from bench import repeats, report
 from bench.client import Arm, Prompt, Sample, measure, request_body
 from bench.manifest import recorded_run
+from bench.prompt_set import load_prompts
 from bench.report import ms_cell, num_cell, s_cell
-from bench.run import MODEL_DIR, MODEL_NAME, REPO, load_prompts, stop_on_sigterm
 from bench.servers import (
+    MODEL_DIR,
+    MODEL_NAME,
+    REPO,
     ServerError,
     ServerSpec,
     free_port,
     module_spec,
     serve,
     specgate_spec,
+    stop_on_sigterm,
     traced,
     vllm_spec,
     whole_machine_env,

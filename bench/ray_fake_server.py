@@ -30,7 +30,7 @@ from app.serve_ray.deploy import serve_on_ray
 from app.serve_ray.replica import EngineRecipe
 from app.settings import Settings
 from bench.gpu_sim.acceptance import CLASS_ACCEPTANCE, REPEATING, REPEATS, Acceptance
-from bench.run import MODEL_NAME
+from bench.servers import MODEL_NAME
 
 ROUTERS = ("specgate", "power-of-two", "prefix-affinity")
 # The table's drafter (suffix trees: the one whose earlier answers make affinity pay).

@@ -30,8 +30,7 @@ from openai import AsyncOpenAI
 from bench.load_phases import ARM_TABLE, server_spec
 from bench.manifest import recorded_run
 from bench.repeats import interleaved
-from bench.run import MODEL_DIR, MODEL_NAME
-from bench.servers import ServerError, free_port, serve
+from bench.servers import MODEL_DIR, MODEL_NAME, ServerError, free_port, serve
 
 logger = logging.getLogger("bench.ray_path")
 

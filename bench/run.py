@@ -24,7 +24,6 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import httpx
@@ -41,17 +40,22 @@ from bench.client import (
     spec_counters,
 )
 from bench.manifest import recorded_run
-from bench.servers import ServerError, ServerSpec, free_port, serve, specgate_spec, vllm_spec
+from bench.prompt_set import CLASSES, load_prompts
+from bench.servers import (
+    MODEL_DIR,
+    MODEL_NAME,
+    REPO,
+    ServerError,
+    ServerSpec,
+    free_port,
+    serve,
+    specgate_spec,
+    stop_on_sigterm,
+    vllm_spec,
+)
 
 logger = logging.getLogger("bench")
 
-REPO = Path(__file__).resolve().parents[1]
-CLASSES = ("code", "structured", "edit", "open-ended")
-SPLITS = ("tune", "report")
-# Prompt-file fields that describe the prompt and are never sent to the server.
-BOOKKEEPING_FIELDS = ("id", "class", "endpoint", "split", "shape")
-MODEL_NAME = "SmolLM2-135M-Instruct"
-MODEL_DIR = Path.home() / ".cache" / "specgate" / "models" / MODEL_NAME
 
 SPECGATE_ARMS: tuple[Arm, ...] = (
     Arm("never", "specgate", "off"),
@@ -76,56 +80,6 @@ class Pass:
     requests: int
     completion_tokens: int
     spec: SpecCounters | None = None
-
-
-# -- the prompt set ------------------------------------------------------------------------------
-
-
-def load_prompts(
-    path: Path, limit_per_class: int | None, split: str = "all", shape: str | None = None
-) -> list[Prompt]:
-    """Read the JSONL prompt set, keep the first N of each class, interleave the classes.
-
-    `split` "tune" or "report" keeps only the lines whose `split` field says so (first, before
-    the per-class limit); "all" keeps every line. `shape` keeps only lines of that `shape`.
-
-    Interleaving (code, structured, edit, open-ended, code, ...) spreads the machine's drift
-    over all classes instead of letting it land on whichever class comes last in the file.
-    """
-    by_class: dict[str, list[Prompt]] = {}
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        prompt = _parse_prompt(row, f"{path}:{number}")
-        if split != "all" and row.get("split") != split:
-            continue
-        if shape is not None and row.get("shape") != shape:
-            continue
-        by_class.setdefault(prompt.cls, []).append(prompt)
-    for cls, prompts in by_class.items():
-        by_class[cls] = prompts[:limit_per_class] if limit_per_class else prompts
-    ordered: list[Prompt] = []
-    for i in range(max((len(p) for p in by_class.values()), default=0)):
-        ordered += [prompts[i] for prompts in by_class.values() if i < len(prompts)]
-    return ordered
-
-
-def _parse_prompt(row: dict[str, Any], where: str) -> Prompt:
-    cls = row.get("class")
-    endpoint = row.get("endpoint")
-    if cls not in CLASSES:
-        raise SystemExit(f"{where}: class must be one of {CLASSES}, got {cls!r}")
-    if endpoint not in ("chat", "completions"):
-        raise SystemExit(f"{where}: endpoint must be chat or completions, got {endpoint!r}")
-    content_key = "messages" if endpoint == "chat" else "prompt"
-    if content_key not in row:
-        raise SystemExit(f"{where}: a {endpoint} prompt needs {content_key!r}")
-    if row.get("split") not in (None, *SPLITS):
-        raise SystemExit(f"{where}: split must be one of {SPLITS}, got {row['split']!r}")
-    # Everything but the bookkeeping fields goes to the server as written.
-    fields = {k: v for k, v in row.items() if k not in BOOKKEEPING_FIELDS}
-    return Prompt(str(row.get("id", where)), cls, endpoint, fields)
 
 
 # -- running the arms on one server --------------------------------------------------------------
@@ -473,11 +427,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.seed < 0:
         args.seed = None
     return args
-
-
-def stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    # Turn SIGTERM into an exception so the `finally` blocks stop the servers.
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: list[str] | None = None) -> int:

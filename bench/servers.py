@@ -29,18 +29,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import httpx
 import psutil
 
 from app.drafters import NGRAM
+from app.embedded_model import MODEL_NAME
 from app.engine.vllm.cpu_cores import NUMBA_DEFAULTS
 from app.engine.vllm.cpu_runtime import recommended_preload
 
 logger = logging.getLogger("bench.servers")
 
 REPO = Path(__file__).resolve().parents[1]
+# The embedded default model, where a specgate start leaves it converted: vLLM's server
+# arms serve the same folder.
+MODEL_DIR = Path.home() / ".cache" / "specgate" / "models" / MODEL_NAME
 START_TIMEOUT_S = 900.0  # a cold start converts the model and compiles both engines
 STOP_GRACE_S = 90.0  # SIGTERM to exit; then SIGKILL
 LEFTOVER_GRACE_S = 10.0  # for children to notice their parent is gone, before signalling them
@@ -310,3 +315,8 @@ def _name(process: psutil.Process) -> str:
         return str(process.name())
     except psutil.Error:
         return "?"
+
+
+def stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """A SIGTERM handler that raises, so that the `finally` blocks stop the servers."""
+    raise KeyboardInterrupt(f"signal {signum}")

@@ -7,18 +7,12 @@ from typing import Any
 from openai import OpenAI
 
 from app.embedded_model import MODEL_NAME
+from bench.prompt_set import CODE, JSON_CONTINUATION
 
 MODEL = MODEL_NAME
-CODE = [{"role": "user", "content": "Write a Python function that checks if a number is prime."}]
-# A continuation that copies its prompt: what prompt-lookup drafting is good at.
-JSON_CONTINUATION = (
-    "[\n"
-    + "".join(
-        f'  {{"id": {i}, "name": "user{i}", "email": "user{i}@example.com", "active": true}},\n'
-        for i in range(1, 9)
-    )
-    + '  {"id": 9,'
-)
+# CODE, and JSON_CONTINUATION: a continuation that copies its prompt, what prompt-lookup
+# drafting is good at.
+__all__ = ["CODE", "JSON_CONTINUATION", "MODEL", "greedy_completion"]
 
 
 def greedy_completion(client: OpenAI, header: str, prompt: str = JSON_CONTINUATION) -> Any:

@@ -12,7 +12,7 @@ import pytest
 from bench import load_phases
 from bench.client import Sample
 from bench.load_phases import Record
-from bench.run import load_prompts
+from bench.prompt_set import load_prompts
 
 
 def record(arm: str, repeat: int, slot: int, phase: str, e2e: float) -> Record:
