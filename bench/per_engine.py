@@ -1,12 +1,12 @@
 """Throughput and acceptance per engine, per workload, against a specgate server.
 
-    python -m scripts.benchmark --start            # starts `python -m app`, times start-up too
-    python -m scripts.benchmark --url http://host:8000
+    python -m bench.per_engine --start            # starts `python -m app`, times start-up too
+    python -m bench.per_engine --url http://host:8000
 
 Each case runs once to warm up, then `--repeats` times, alternating engines within each
 repeat so drift on a noisy machine hits both alike. Reports medians and the ratio
 speculative/plain measured in the same run, and writes them with the manifest (and the
-server's log, with --start) to bench/results/benchmark/<run id>/ (or `--out-dir`).
+server's log, with --start) to bench/results/per_engine/<run id>/ (or `--out-dir`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from typing import Any
 
 import httpx
 
+from app.embedded_model import MODEL_NAME as MODEL
 from bench.manifest import recorded_run
+from bench.prompt_set import CODE, JSON_CONTINUATION
 from bench.servers import REPO, serve, specgate_spec
-from tests.engine.prompts import CODE, JSON_CONTINUATION, MODEL
 
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "json continuation (T=0)": (
@@ -109,7 +110,7 @@ def measure(url: str, repeats: int, max_tokens: int) -> dict[str, dict[str, floa
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="python -m scripts.benchmark", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.per_engine", description=__doc__)
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--start", action="store_true", help="start a server and time it")
     parser.add_argument("--port", type=int, default=8077)
@@ -117,10 +118,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--startup-timeout", type=float, default=900.0, metavar="SECONDS")
     parser.add_argument(
-        "--out-dir", type=Path, default=None, help="default: bench/results/benchmark/<run id>/"
+        "--out-dir", type=Path, default=None, help="default: bench/results/per_engine/<run id>/"
     )
     args = parser.parse_args(argv)
-    with recorded_run("scripts.benchmark", args.out_dir, argv) as run, ExitStack() as stack:
+    with recorded_run("bench.per_engine", args.out_dir, argv) as run, ExitStack() as stack:
         url = args.url
         document: dict[str, Any] = {"command": run.command, "url": url}
         if args.start:
