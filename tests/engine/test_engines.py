@@ -52,12 +52,28 @@ def test_auto_follows_the_learned_estimate(sync_client: OpenAI, server: ServerPr
     assert reason in raw.headers["x-specgate-reason"]
 
 
-def test_auto_sends_a_json_continuation_to_the_speculative_engine(sync_client: OpenAI) -> None:
+def test_auto_judges_a_json_continuation_by_its_speed_up_alone(
+    sync_client: OpenAI, server: ServerProcess
+) -> None:
+    # A copy of the prompt drafts nearly all right: acceptance never vetoes it. Whether
+    # drafting then pays is the learned speed-up, from this machine's own times (a busy
+    # machine can make it lose): auto follows that estimate, whatever it is.
+    import httpx
+
+    state = httpx.get(f"{server.base_url}/v1/routing").json()
+    estimates = state["classes"]["structured"]
+    vetoed = (
+        estimates["acceptance_samples"] >= MIN_ACCEPTANCE_SAMPLES
+        and estimates["acceptance_rate"] < state["rules"]["min_acceptance"]
+    )
+    assert not vetoed, estimates
+    expected = "speculative" if estimates["expected_speedup"] > 1 else "plain"
     raw = sync_client.completions.with_raw_response.create(
         model=MODEL, prompt=JSON_CONTINUATION, max_tokens=4, temperature=0
     )
     assert raw.headers["x-specgate-class"] == "structured"
-    assert raw.headers["x-specgate-route"] == "speculative", raw.headers["x-specgate-reason"]
+    assert raw.headers["x-specgate-route"] == expected, (estimates, raw.headers)
+    assert "expected speed-up" in raw.headers["x-specgate-reason"]
 
 
 @pytest.mark.parametrize("kind", ["chat", "completion"])

@@ -80,8 +80,9 @@ def test_load_far_past_the_limits(server: ServerProcess) -> None:
     assert all(o.completed for o in served)
     assert len(served) >= ADMITTED  # everything admissible was admitted
     assert rejected and all(o.retry_after == "1" for o in rejected)
-    # A hang guard, not a benchmark: a rejection is answered before any generation.
-    assert max(o.seconds for o in rejected) < 5
+    # A hang guard, not a benchmark: a rejection is answered at once, not after a slot frees
+    # (so before any admitted stream ends), however slow the machine.
+    assert max(o.seconds for o in rejected) < min(o.seconds for o in served)
     print(f"idle again after {wait_until_idle(server):.2f} s")
     assert httpx.get(f"{server.base_url}/health", timeout=30).status_code == 200
 
