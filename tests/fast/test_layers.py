@@ -22,21 +22,12 @@ VLLM = ("vllm", "arctic_inference")
 RAY = ("ray",)
 
 
-def imports(module: Path) -> set[str]:
-    """Every module a file imports, at its top or inside functions."""
+def imports(module: Path, top_level_only: bool = False) -> set[str]:
+    """Every module a file imports, at its top or inside functions; with `top_level_only`,
+    those it imports when it is itself imported."""
+    tree = ast.parse(module.read_text())
     names: set[str] = set()
-    for node in ast.walk(ast.parse(module.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-        elif isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-    return names
-
-
-def top_level_imports(module: Path) -> set[str]:
-    """The modules a file imports when it is itself imported (not inside functions)."""
-    names: set[str] = set()
-    for node in ast.parse(module.read_text()).body:
+    for node in tree.body if top_level_only else ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
         elif isinstance(node, ast.Import):
@@ -113,7 +104,7 @@ def test_the_engine_protocol_and_the_remote_pool_load_neither_vllm_nor_ray() -> 
     eager = sorted(
         f"{path.relative_to(APP)}: {name}"
         for path in protocol_side
-        for name in top_level_imports(path)
+        for name in imports(path, top_level_only=True)
         if within(name, ("app.engine.vllm", "app.engine.fakes"))
     )
     assert not eager
