@@ -10,7 +10,7 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 
 from app.engine.protocol import Engine
-from app.engine.remote.remote_engine import RemoteEngine
+from app.engine.remote.remote_engine import RemoteConfig, RemoteEngine
 from app.settings import Settings
 from app.vocabulary import ROUTES, Route
 
@@ -21,7 +21,7 @@ async def start_engines(settings: Settings, stack: AsyncExitStack) -> dict[Route
     for route in ROUTES:
         if settings.upstreams(route):
             engines[route] = await stack.enter_async_context(
-                await RemoteEngine.start(settings, route)
+                await RemoteEngine.start(remote_config(settings, route), route)
             )
     embedded = [route for route in ROUTES if route not in engines]
     if embedded:
@@ -31,3 +31,16 @@ async def start_engines(settings: Settings, stack: AsyncExitStack) -> dict[Route
 
         engines.update(await launch.start_vllm_engines(settings, stack, embedded))
     return engines
+
+
+def remote_config(settings: Settings, route: Route) -> RemoteConfig:
+    """The route's pool's part of the settings."""
+    return RemoteConfig(
+        urls=settings.upstreams(route),
+        api_key=settings.upstream_api_key(route),
+        model=settings.upstream_model,
+        connect_timeout=settings.upstream_connect_timeout,
+        read_timeout=settings.upstream_read_timeout,
+        health_interval=settings.upstream_health_interval,
+        attempts=settings.upstream_attempts,
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -34,7 +35,6 @@ from app.errors import (
     NotFoundError,
     SpecgateError,
 )
-from app.settings import Settings
 from app.vocabulary import Refusal, Route
 
 logger = logging.getLogger("specgate.remote")
@@ -52,6 +52,21 @@ class _BeforeFirstByte(Exception):
         self.error = error
 
 
+@dataclass(frozen=True)
+class RemoteConfig:
+    """What a route's pool takes from the settings, built where they are read
+    (app/engine/start.py): the pool never sees the rest."""
+
+    urls: tuple[str, ...]
+    api_key: str | None
+    # The upstreams' model name, where it is not the one the gateway serves.
+    model: str | None
+    connect_timeout: float
+    read_timeout: float
+    health_interval: float
+    attempts: int
+
+
 class RemoteEngine(StopsOnExit):
     def __init__(
         self, route: Route, pool: UpstreamPool, client: httpx.AsyncClient, attempts: int
@@ -65,20 +80,18 @@ class RemoteEngine(StopsOnExit):
 
     @classmethod
     async def start(
-        cls, settings: Settings, route: Route, transport: httpx.AsyncBaseTransport | None = None
+        cls, config: RemoteConfig, route: Route, transport: httpx.AsyncBaseTransport | None = None
     ) -> RemoteEngine:
         """A pool over the route's upstreams, each checked once before this returns.
 
         `transport` replaces the network, for tests.
         """
-        key = settings.upstream_api_key(route)
+        key = config.api_key
         client = httpx.AsyncClient(
             transport=transport,
             # Upstreams started with vLLM's --api-key check it on /v1; it is never logged.
             headers={"Authorization": f"Bearer {key}"} if key else None,
-            timeout=httpx.Timeout(
-                settings.upstream_read_timeout, connect=settings.upstream_connect_timeout
-            ),
+            timeout=httpx.Timeout(config.read_timeout, connect=config.connect_timeout),
             # One connection per stream in flight; httpx's default cap of 100 would queue the
             # rest. Idle ones are all kept (until httpx's 5 s expiry): with fewer kept than
             # streams in flight, every request past the cap paid for a new connection.
@@ -86,15 +99,15 @@ class RemoteEngine(StopsOnExit):
         )
         pool = UpstreamPool(
             route,
-            settings.upstreams(route),
+            config.urls,
             client,
-            model=settings.upstream_model,
-            health_interval=settings.upstream_health_interval,
-            health_timeout=settings.upstream_connect_timeout,
+            model=config.model,
+            health_interval=config.health_interval,
+            health_timeout=config.connect_timeout,
         )
-        logger.info("serving the %s route from %s", route, ", ".join(settings.upstreams(route)))
+        logger.info("serving the %s route from %s", route, ", ".join(config.urls))
         await pool.start()
-        return cls(route, pool, client, settings.upstream_attempts)
+        return cls(route, pool, client, config.attempts)
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
         return coalesced(self._generate(request))

@@ -10,6 +10,7 @@ import pytest
 
 from app.engine.generation import GenerationRequest, GenerationStep, SamplingOptions
 from app.engine.remote.remote_engine import RemoteEngine
+from app.engine.start import remote_config
 from app.errors import EngineFailureError, EngineUnavailableError, InvalidRequestError
 from app.settings import Settings
 from tests.fake_upstream import FakeUpstream, mock_transport
@@ -29,7 +30,9 @@ async def make_engine() -> AsyncIterator[EngineFactory]:
                 upstream_attempts=attempts,
                 upstream_health_interval=interval,
             )
-            engine = await RemoteEngine.start(settings, "plain", mock_transport(*upstreams))
+            engine = await RemoteEngine.start(
+                remote_config(settings, "plain"), "plain", mock_transport(*upstreams)
+            )
             stack.push_async_callback(engine.aclose)
             return engine
 

@@ -12,6 +12,7 @@ import pytest
 
 from app.engine.fakes.scripted import FakeEngine
 from app.engine.remote.remote_engine import RemoteEngine
+from app.engine.start import remote_config
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import MODEL
@@ -48,7 +49,7 @@ async def remote_client(
     async with AsyncExitStack() as stack:
         engines = {}
         for route in ("speculative", "plain"):
-            engine = await RemoteEngine.start(settings, route, transport)  # type: ignore[arg-type]
+            engine = await RemoteEngine.start(remote_config(settings, route), route, transport)  # type: ignore[arg-type]
             stack.push_async_callback(engine.aclose)
             engines[route] = engine
         app = create_app(settings, engines)  # type: ignore[arg-type]
@@ -149,7 +150,9 @@ async def mixed_site() -> AsyncIterator[tuple[httpx.AsyncClient, FakeEngine, Fak
     plain = FakeUpstream("plain-a")
     settings = Settings(plain_upstreams=plain.base_url, routing_exploration=0)  # type: ignore[arg-type]
     async with AsyncExitStack() as stack:
-        remote = await RemoteEngine.start(settings, "plain", mock_transport(plain))  # type: ignore[arg-type]
+        remote = await RemoteEngine.start(
+            remote_config(settings, "plain"), "plain", mock_transport(plain)
+        )  # type: ignore[arg-type]
         stack.push_async_callback(remote.aclose)
         embedded = FakeEngine("speculative")
         app = create_app(settings, {"speculative": embedded, "plain": remote})  # type: ignore[dict-item]
@@ -215,7 +218,9 @@ async def test_a_wrong_upstream_key_says_so_in_health() -> None:
         plain_upstream_api_key="wrong",  # type: ignore[arg-type]
         routing_exploration=0,
     )
-    engine = await RemoteEngine.start(settings, "plain", mock_transport(upstream))  # type: ignore[arg-type]
+    engine = await RemoteEngine.start(
+        remote_config(settings, "plain"), "plain", mock_transport(upstream)
+    )  # type: ignore[arg-type]
     try:
         assert not engine.is_alive()
         assert "401" in engine.upstream_status()[upstream.base_url]
