@@ -1,5 +1,5 @@
 """The app's parts, built once at start-up (app/main.py); handlers take what they need
-through the dependency aliases in app/deps.py."""
+through the dependency aliases in app/api/deps.py."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""One thin router per endpoint family; they read shared state through app.deps."""
+"""One thin router per endpoint family; they read shared state through app.api.deps."""

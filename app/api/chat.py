@@ -8,10 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from app.api.openapi_docs import GENERATION_RESPONSES
-from app.api.respond import respond
-from app.api.sampling import sampling_options
-from app.deps import (
+from app.api.deps import (
     AutoToolsDep,
     ClientChoiceDep,
     DispatcherDep,
@@ -20,6 +17,9 @@ from app.deps import (
     ShutdownGraceDep,
     TenancyDep,
 )
+from app.api.openapi_docs import GENERATION_RESPONSES
+from app.api.respond import respond
+from app.api.sampling import sampling_options
 from app.encoders.chat import ChatEncoder
 from app.engine.generation import ChatMessage
 from app.request_spec import RequestSpec

@@ -7,10 +7,7 @@ from dataclasses import replace
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from app.api.openapi_docs import GENERATION_RESPONSES
-from app.api.respond import respond
-from app.api.sampling import sampling_options
-from app.deps import (
+from app.api.deps import (
     ClientChoiceDep,
     DispatcherDep,
     ModelDep,
@@ -18,6 +15,9 @@ from app.deps import (
     ShutdownGraceDep,
     TenancyDep,
 )
+from app.api.openapi_docs import GENERATION_RESPONSES
+from app.api.respond import respond
+from app.api.sampling import sampling_options
 from app.encoders.completions import CompletionsEncoder
 from app.request_spec import RequestSpec
 from app.routing.policy import ClientChoice

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from app.api.deps import ModelDep
 from app.api.openapi_docs import ERRORS
-from app.deps import ModelDep
 from app.errors import ModelNotFoundError
 from app.schemas.models import Model, ModelList
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from app.deps import EnginesDep, MetricsDep
+from app.api.deps import EnginesDep, MetricsDep
 from app.engine.protocol import ReplicaReporter, SuffixCacheReporter, UpstreamReporter
 from app.errors import SpecgateError
 

@@ -8,9 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from app.api.openapi_docs import ERRORS, GENERATION_RESPONSES
-from app.api.respond import respond
-from app.deps import (
+from app.api.deps import (
     AutoToolsDep,
     ClientChoiceDep,
     DispatcherDep,
@@ -20,6 +18,8 @@ from app.deps import (
     ShutdownGraceDep,
     TenancyDep,
 )
+from app.api.openapi_docs import ERRORS, GENERATION_RESPONSES
+from app.api.respond import respond
 from app.encoders.responses import ResponsesEncoder
 from app.engine.generation import ChatMessage, SamplingOptions
 from app.errors import NotFoundError

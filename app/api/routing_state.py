@@ -7,8 +7,8 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from app.api.deps import DispatcherDep
 from app.api.openapi_docs import ERRORS
-from app.deps import DispatcherDep
 
 router = APIRouter()
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.api.chat import template_message
+from app.api.deps import GatewayDep
 from app.api.openapi_docs import ERRORS
-from app.deps import GatewayDep
 from app.engine.tokenizing import TokenizerService
 from app.errors import NotFoundError
 from app.gateway import Gateway
