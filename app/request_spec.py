@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine.generation import ChatMessage, Prompt, SamplingOptions
+from app.engine.generation import Prompt, SamplingOptions
 from app.request_run import Endpoint
 from app.routing.policy import ClientChoice
+from app.vocabulary import ChatMessage
 
 
 @dataclass(frozen=True)

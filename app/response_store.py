@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from app.engine.generation import ChatMessage
 from app.schemas.responses import ResponseObject
+from app.vocabulary import ChatMessage
 
 
 @dataclass(frozen=True)

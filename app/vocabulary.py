@@ -1,4 +1,4 @@
-"""The words every layer shares: the two routes, what drafting did, and a refusal.
+"""The words every layer shares: the two routes, a chat turn, what drafting did, and a refusal.
 
 The routing policy, the engines and the HTTP layer all speak of these; they live here, below
 all three, so that the policy never imports the engine layer (tests/fast/test_layers.py).
@@ -8,7 +8,7 @@ No vLLM types here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Required, TypedDict
 
 Route = Literal["speculative", "plain"]
 
@@ -60,3 +60,14 @@ class Refusal:
     @property
     def names(self) -> str:
         return " and ".join(self.fields)
+
+
+class ChatMessage(TypedDict, total=False):
+    """A chat turn as chat templates (and OpenAI's wire) take it: role and content always."""
+
+    role: Required[str]
+    content: Required[str | None]
+    # An assistant turn's calls, in OpenAI's shape, and a tool turn's answer to one.
+    tool_calls: list[dict[str, Any]]
+    tool_call_id: str
+    name: str

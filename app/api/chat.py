@@ -21,12 +21,12 @@ from app.api.openapi_docs import GENERATION_RESPONSES
 from app.api.respond import respond
 from app.api.sampling import sampling_options
 from app.encoders.chat import ChatEncoder
-from app.engine.generation import ChatMessage
 from app.request_spec import RequestSpec
 from app.routing.policy import ClientChoice
 from app.schemas.chat import ChatCompletion, ChatCompletionRequest, ChatMessageIn, FunctionName
 from app.tools.auto_tools import AutoTurn, auto_turn, constrained_schema
 from app.tools.tool_calls import Function, ToolCallMode, tool_call_mode
+from app.vocabulary import ChatMessage
 
 router = APIRouter()
 

@@ -21,7 +21,7 @@ from app.api.deps import (
 from app.api.openapi_docs import ERRORS, GENERATION_RESPONSES
 from app.api.respond import respond
 from app.encoders.responses import ResponsesEncoder
-from app.engine.generation import ChatMessage, SamplingOptions
+from app.engine.generation import SamplingOptions
 from app.errors import NotFoundError
 from app.request_spec import RequestSpec
 from app.response_store import ResponseStore, StoredResponse
@@ -36,6 +36,7 @@ from app.schemas.responses import (
 )
 from app.tools.auto_tools import AutoTurn, auto_turn, constrained_schema
 from app.tools.tool_calls import Function, ToolCallMode, tool_call_mode
+from app.vocabulary import ChatMessage
 
 router = APIRouter()
 

@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Required, TypedDict
+from typing import Any, Literal
 
-from app.vocabulary import SpecDecodeStats
+from app.vocabulary import ChatMessage, SpecDecodeStats
 
 FinishReason = Literal["stop", "length", "abort"]
-
-
-class ChatMessage(TypedDict, total=False):
-    """A chat turn as chat templates (and OpenAI's wire) take it: role and content always."""
-
-    role: Required[str]
-    content: Required[str | None]
-    # An assistant turn's calls, in OpenAI's shape, and a tool turn's answer to one.
-    tool_calls: list[dict[str, Any]]
-    tool_call_id: str
-    name: str
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from app.engine.generation import ChatMessage
 from app.errors import EngineFailureError, InvalidRequestError
 from app.schemas.tokenize import (
     DetokenizeRequest,
@@ -19,6 +18,7 @@ from app.schemas.tokenize import (
     TokenizeResponse,
     TokenizerInfo,
 )
+from app.vocabulary import ChatMessage
 
 Answer = TypeVar("Answer", bound=BaseModel)
 

@@ -22,7 +22,6 @@ from ray.exceptions import RayError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 
 from app.engine.generation import (
-    ChatMessage,
     GenerationRequest,
     GenerationStep,
     SamplingOptions,
@@ -39,7 +38,7 @@ from app.schemas.tokenize import (
     TokenizerInfo,
 )
 from app.serve_ray.replica import ReplicaFacts
-from app.vocabulary import Refusal, Route
+from app.vocabulary import ChatMessage, Refusal, Route
 
 logger = logging.getLogger("specgate.serve")
 Answer = TypeVar("Answer")

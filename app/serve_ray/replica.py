@@ -24,12 +24,12 @@ from typing import Any
 
 from app.drafting.length_rule import CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior
 from app.engine.coalesce import coalesced
-from app.engine.generation import ChatMessage, GenerationRequest, GenerationStep, SamplingOptions
+from app.engine.generation import GenerationRequest, GenerationStep, SamplingOptions
 from app.engine.protocol import Engine, SuffixCacheReporter
 from app.placement.step_watch import StepWatch
 from app.schemas.tokenize import DetokenizeRequest, TokenizeRequest
 from app.settings import Settings
-from app.vocabulary import Refusal, SpecDecodeStats
+from app.vocabulary import ChatMessage, Refusal, SpecDecodeStats
 
 logger = logging.getLogger("specgate.replica")
 

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.engine.generation import ChatMessage
 from app.errors import InvalidRequestError
 from app.tools.tool_calls import CallParser, CallParsers, Function, ToolCallMode
 from app.tools.tool_envelope import EnvelopeParser, answers_tool_results, described, envelope_schema
+from app.vocabulary import ChatMessage
 
 
 @dataclass(frozen=True)

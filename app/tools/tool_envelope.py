@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from app.engine.generation import ChatMessage
 from app.tools.tool_calls import (
     Function,
     ToolCall,
@@ -32,6 +31,7 @@ from app.tools.tool_calls import (
     ToolCallStream,
     new_call_id,
 )
+from app.vocabulary import ChatMessage
 
 INSTRUCTIONS = (
     "You can call these functions:\n{functions}\n\n"
