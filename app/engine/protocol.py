@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, Self, runtime_checkable
 
+from app.drafting.length_rule import StepCostPrior
 from app.engine.generation import (
     GenerationRequest,
     GenerationStep,
@@ -39,6 +40,9 @@ class EngineFacts:
     # A drafting request may carry the sampling fields vLLM's V1 rejection sampler cannot
     # apply at drafts (Model Runner V2 applies them: app/engine/refusals.py).
     applies_sampling_fields_at_drafts: bool = False
+    # The step-cost line its steps are priced by, where it is fixed in advance (a paced fake):
+    # a Ray replica's step watch starts from it.
+    step_cost_prior: StepCostPrior | None = None
 
 
 class Engine(Protocol):

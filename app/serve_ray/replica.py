@@ -113,8 +113,7 @@ class EngineReplica:
     def _prior(recipe: EngineRecipe, engine: Engine) -> StepCostPrior:
         if recipe.fake is not None:
             # A paced fake prices its steps by a line of its own; the others by the CPU's.
-            line = getattr(engine, "step_cost_line", None)
-            return line if isinstance(line, StepCostPrior) else CPU_STEP_PRIOR
+            return engine.facts.step_cost_prior or CPU_STEP_PRIOR
         from app.engine.vllm.vllm_engine import on_cpu
 
         return CPU_STEP_PRIOR if on_cpu() else GPU_STEP_PRIOR

@@ -29,7 +29,7 @@ import asyncio
 import hashlib
 import random
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.drafting.length_rule import Candidate, StepCost, StepCostPrior, choose_lengths
 from app.engine.fakes.scripted import FakeEngine, prompt_ids_of, prompt_words
@@ -175,8 +175,7 @@ class PacedFakeEngine(FakeEngine):
         super().__init__("speculative", max_model_len=max_model_len, per_request_draft_length=True)
         self.clock = StepClock(pacing)
         self._seats: dict[str, _Seat] = {}
-        # The line its steps are priced by: a Ray replica's step watch starts from it.
-        self.step_cost_line = pacing.line
+        self.facts = replace(self.facts, step_cost_prior=pacing.line)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
         words = prompt_words(request.prompt)

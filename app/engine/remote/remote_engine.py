@@ -86,11 +86,10 @@ class RemoteEngine(StopsOnExit):
 
         `transport` replaces the network, for tests.
         """
-        key = config.api_key
         client = httpx.AsyncClient(
             transport=transport,
             # Upstreams started with vLLM's --api-key check it on /v1; it is never logged.
-            headers={"Authorization": f"Bearer {key}"} if key else None,
+            headers={"Authorization": f"Bearer {config.api_key}"} if config.api_key else None,
             timeout=httpx.Timeout(config.read_timeout, connect=config.connect_timeout),
             # One connection per stream in flight; httpx's default cap of 100 would queue the
             # rest. Idle ones are all kept (until httpx's 5 s expiry): with fewer kept than
