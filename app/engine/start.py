@@ -28,8 +28,10 @@ async def start_engines(settings: Settings, stack: AsyncExitStack) -> dict[Route
         # Imported here: a gateway whose routes are all remote never loads the embedded
         # engine's modules.
         from app.engine.vllm import launch
+        from app.engine.vllm.engine_config import launch_config
 
-        engines.update(await launch.start_vllm_engines(settings, stack, embedded))
+        config = launch_config(settings)  # the engines' part of the settings, cut here
+        engines.update(await launch.start_vllm_engines(config, stack, embedded))
     return engines
 
 

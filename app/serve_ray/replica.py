@@ -102,11 +102,12 @@ class EngineReplica:
             module, name = recipe.fake.split(":")
             make = getattr(importlib.import_module(module), name)
             return await self._stack.enter_async_context(make(**recipe.fake_args))
+        from app.engine.vllm.engine_config import launch_config
         from app.engine.vllm.launch import resolve_model_path, start_vllm_engines
 
-        settings = Settings(**{**recipe.settings, "engine_layout": "one"})
-        self._model_path = await resolve_model_path(settings)
-        engines = await start_vllm_engines(settings, self._stack)
+        config = launch_config(Settings(**{**recipe.settings, "engine_layout": "one"}))
+        self._model_path = await resolve_model_path(config)
+        engines = await start_vllm_engines(config, self._stack)
         return engines["speculative"]
 
     @staticmethod

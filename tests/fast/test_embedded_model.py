@@ -74,6 +74,7 @@ async def test_the_build_time_conversion_is_the_cache_the_server_reads(
     # The CPU image runs `python -m app.prepare_model` at build time; a container started
     # later with the same SPECGATE_CACHE_DIR must find the model without converting again.
     from app import embedded_model, prepare_model
+    from app.engine.vllm.engine_config import launch_config
     from app.engine.vllm.launch import resolve_model_path
     from app.settings import Settings
 
@@ -82,6 +83,6 @@ async def test_the_build_time_conversion_is_the_cache_the_server_reads(
     monkeypatch.setenv("SPECGATE_CACHE_DIR", str(tmp_path))
     assert prepare_model.main() == 0
     printed = capsys.readouterr().out.strip()
-    assert await resolve_model_path(Settings()) == printed
+    assert await resolve_model_path(launch_config(Settings())) == printed
     assert Path(printed).parent.parent == tmp_path
     assert convert.calls == 1

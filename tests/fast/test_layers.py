@@ -7,6 +7,7 @@
 - What runs in vLLM's own processes (the scheduler vLLM builds by name, the worker extension it
   loads by name) lives under app/engine/vllm/.
 - The test doubles (app/engine/fakes/) are imported by tests and benchmarks only.
+- The engines read the settings only where they are cut into frozen configs.
 - No module name means two things.
 """
 
@@ -108,6 +109,17 @@ def test_the_engine_protocol_and_the_remote_pool_load_neither_vllm_nor_ray() -> 
         if within(name, ("app.engine.vllm", "app.engine.fakes"))
     )
     assert not eager
+
+
+def test_the_engines_read_the_settings_only_where_they_are_cut_into_configs() -> None:
+    # Each engine and pool takes a small frozen config built at its boundary: the remote
+    # pools' in engine/start.py (RemoteConfig), the embedded engines' in
+    # engine/vllm/engine_config.py (LaunchConfig, EngineConfig); never the whole Settings.
+    readers = loading(modules(APP / "engine", recursive=True), ("app.settings",))
+    assert readers == [
+        "engine/start.py: app.settings",
+        "engine/vllm/engine_config.py: app.settings",
+    ]
 
 
 def test_what_vllm_loads_by_name_lives_under_the_engines_vllm_package() -> None:

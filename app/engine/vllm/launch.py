@@ -21,8 +21,8 @@ from app.embedded_model import prepare_embedded_model
 from app.engine.protocol import Engine
 from app.engine.vllm.cpu_cores import bound_to, core_plan, keep_numba_off_the_cores, whole_machine
 from app.engine.vllm.cpu_runtime import preloaded, recommended_preload
+from app.engine.vllm.engine_config import LaunchConfig
 from app.engine.vllm.memory_plan import DeviceFacts, Layout, check_plan, choose_layout, needs
-from app.settings import Settings
 from app.vocabulary import ROUTES, Route
 
 logger = logging.getLogger("specgate.engine")
@@ -30,25 +30,25 @@ logger = logging.getLogger("specgate.engine")
 SPAWN_POLL_SECONDS = 0.05
 
 
-async def resolve_model_path(settings: Settings) -> str:
-    if settings.model:
-        return settings.model
-    folder = await asyncio.to_thread(prepare_embedded_model, settings.embedded_model_dir)
+async def resolve_model_path(config: LaunchConfig) -> str:
+    if config.model:
+        return config.model
+    folder = await asyncio.to_thread(prepare_embedded_model, config.models_dir)
     return str(folder)
 
 
 async def start_vllm_engines(
-    settings: Settings, stack: AsyncExitStack, routes: tuple[Route, ...] | list[Route] = ROUTES
+    config: LaunchConfig, stack: AsyncExitStack, routes: tuple[Route, ...] | list[Route] = ROUTES
 ) -> dict[Route, Engine]:
     # Imported here so that the HTTP layer, its fast tests and all-remote gateways never load vLLM.
     from app.engine.vllm.vllm_engine import VllmEngine, on_cpu
 
-    model_path = await resolve_model_path(settings)
+    model_path = await resolve_model_path(config)
     if on_cpu():
         keep_numba_off_the_cores()
-    layout = await asyncio.to_thread(plan_layout, settings, model_path, on_cpu())
+    layout = await asyncio.to_thread(plan_layout, config, model_path, on_cpu())
     if layout == "one" and len(routes) == len(ROUTES):
-        return await _start_shared_engine(settings, stack, model_path)
+        return await _start_shared_engine(config, stack, model_path)
     engines: dict[Route, Engine] = {}
     started = time.monotonic()
     # On a CPU the engines start together: their slow parts (imports in the spawned
@@ -57,16 +57,16 @@ async def start_vllm_engines(
     # On a GPU each engine sizes its memory from what is free when it starts, so they start
     # one after the other.
     together = on_cpu()
-    cores = core_plan(settings.engine_cpus, routes) if together else {}
-    preload = cpu_preload(settings, on_cpu())
+    cores = core_plan(config.engine_cpus, routes) if together else {}
+    preload = cpu_preload(config, on_cpu())
     starting: dict[Route, asyncio.Task[VllmEngine]] = {}
     for route in routes:
         if route in cores:
             logger.info("the %s engine computes on CPU cores %s", route, cores[route])
-        with bound_to(cores.get(route)), preloaded(preload), visible_devices(settings, route):
+        with bound_to(cores.get(route)), preloaded(preload), visible_devices(config, route):
             before = engine_core_children()
             task = asyncio.create_task(
-                asyncio.to_thread(VllmEngine.start, settings, model_path, route)
+                asyncio.to_thread(VllmEngine.start, config.engines[route], model_path, route)
             )
             starting[route] = task
             await (spawned(task, before) if together else asyncio.wait([task]))
@@ -83,22 +83,20 @@ async def start_vllm_engines(
     return engines
 
 
-def plan_layout(settings: Settings, model_path: str, cpu: bool) -> Layout:
+def plan_layout(config: LaunchConfig, model_path: str, cpu: bool) -> Layout:
     """The layout to start (auto resolved), after checking that its engines fit: a plan that
     cannot fit is refused here, before minutes of loading."""
     if cpu:
         facts = DeviceFacts(gpu=False, memory_bytes=0)
-        layout = choose_layout(settings, facts, {})
+        layout = choose_layout(config, facts, {})
     else:
         facts = gpu_facts()
-        speculative = settings.engine_speculative_config()
+        speculative = config.speculative_config
         draft = speculative.get("model") if speculative.get("method") != "ngram" else None
-        need = needs(settings, model_config(model_path), model_config(draft) if draft else None)
-        layout = choose_layout(settings, facts, need)
-        check_plan(settings, layout, facts, need)
-    logger.info(
-        "engine layout: %s%s", layout, " (auto)" if settings.engine_layout == "auto" else ""
-    )
+        need = needs(config, model_config(model_path), model_config(draft) if draft else None)
+        layout = choose_layout(config, facts, need)
+        check_plan(config, layout, facts, need)
+    logger.info("engine layout: %s%s", layout, " (auto)" if config.layout == "auto" else "")
     return layout
 
 
@@ -116,9 +114,9 @@ def model_config(model: str) -> dict[str, Any]:
 
 
 @contextmanager
-def visible_devices(settings: Settings, route: Route) -> Iterator[None]:
+def visible_devices(config: LaunchConfig, route: Route) -> Iterator[None]:
     """While a route's engine core is spawned, it sees only the route's own GPUs."""
-    devices = settings.speculative_devices if route == "speculative" else settings.plain_devices
+    devices = config.devices(route)
     if not devices:
         yield
         return
@@ -145,11 +143,11 @@ def engine_core_children() -> set[int]:
     return found
 
 
-def cpu_preload(settings: Settings, cpu: bool) -> str | None:
+def cpu_preload(config: LaunchConfig, cpu: bool) -> str | None:
     """The LD_PRELOAD CPU engine cores are spawned with (None: the gateway's own)."""
     if not cpu:
         return None
-    value = recommended_preload(settings.cpu_runtime == "recommended")
+    value = recommended_preload(config.recommended_cpu_runtime)
     if value is not None:
         logger.info("CPU engines start with LD_PRELOAD=%s", value)
     return value
@@ -162,7 +160,7 @@ async def spawned(task: asyncio.Task[object], before: set[int]) -> None:
 
 
 async def _start_shared_engine(
-    settings: Settings, stack: AsyncExitStack, model_path: str
+    config: LaunchConfig, stack: AsyncExitStack, model_path: str
 ) -> dict[Route, Engine]:
     """One speculative engine serving both routes; the plain route's requests draft nothing."""
     from app.engine.vllm.vllm_engine import VllmEngine, on_cpu
@@ -173,9 +171,9 @@ async def _start_shared_engine(
     cores = whole_machine() if on_cpu() else None
     if cores is not None:
         logger.info("the shared engine computes on CPU cores %s", cores)
-    with bound_to(cores), preloaded(cpu_preload(settings, on_cpu())):
+    with bound_to(cores), preloaded(cpu_preload(config, on_cpu())):
         engine = await asyncio.to_thread(
-            VllmEngine.start, settings, model_path, "speculative", True
+            VllmEngine.start, config.engines["shared"], model_path, "speculative"
         )
     await stack.enter_async_context(engine)
     logger.info("shared engine ready in %.1f s", time.monotonic() - started)

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from app.settings import Settings
+from app.engine.vllm.engine_config import LaunchConfig
+from app.vocabulary import ROUTES
 
 Layout = Literal["one", "two"]
 # Two copies of the weights may take this share of the memory before `auto` picks one engine.
@@ -64,44 +65,40 @@ def weight_bytes(config: dict[str, Any], dtype: str) -> int:
 
 
 def needs(
-    settings: Settings, target: dict[str, Any], draft: dict[str, Any] | None
+    config: LaunchConfig, target: dict[str, Any], draft: dict[str, Any] | None
 ) -> dict[str, float]:
     """Per route, the weights on each engine's busiest device, in bytes (the draft model sits
     on the first ranks of the speculative engine)."""
-    ranks = settings.tensor_parallel_size * settings.pipeline_parallel_size
-    per_device = weight_bytes(target, settings.dtype) / ranks
+    per_device = weight_bytes(target, config.dtype) / config.weight_ranks
     draft_bytes = 0.0
     if draft is not None:
-        draft_ranks = settings.speculative_draft_tensor_parallel_size or 1
-        draft_bytes = weight_bytes(draft, settings.dtype) / draft_ranks
+        draft_ranks = config.draft_tensor_parallel_size or 1
+        draft_bytes = weight_bytes(draft, config.dtype) / draft_ranks
     return {"speculative": per_device + draft_bytes, "plain": per_device}
 
 
-def choose_layout(settings: Settings, facts: DeviceFacts, need: dict[str, float]) -> Layout:
-    if settings.engine_layout != "auto":
-        return settings.engine_layout
+def choose_layout(config: LaunchConfig, facts: DeviceFacts, need: dict[str, float]) -> Layout:
+    if config.layout != "auto":
+        return config.layout
     if not facts.gpu:
         return "one"
-    if settings.separate_devices:
+    if config.separate_devices:
         return "two"
     two_copies = need["speculative"] + need["plain"]
     return "one" if two_copies > TWO_COPIES_SHARE * facts.memory_bytes else "two"
 
 
 def check_plan(
-    settings: Settings, layout: Layout, facts: DeviceFacts, need: dict[str, float]
+    config: LaunchConfig, layout: Layout, facts: DeviceFacts, need: dict[str, float]
 ) -> None:
     """Refuse a plan in which an engine's weights leave it no KV cache on its devices."""
     if not facts.gpu:
         return
     memory = facts.memory_bytes
     if layout == "one":
-        budgets = {"speculative": settings.gpu_memory_utilization * memory}
+        budgets = {"speculative": config.gpu_memory_utilization * memory}
     else:
-        budgets = {
-            route: settings.engine_memory_fraction(route == "speculative") * memory
-            for route in need
-        }
+        budgets = {route: config.engines[route].memory_fraction * memory for route in ROUTES}
     for route, budget in budgets.items():
         weights = need[route]
         if budget - weights >= MIN_KV_BYTES:
@@ -110,10 +107,10 @@ def check_plan(
         raise MemoryPlanError(
             f"--engine-layout {layout} cannot fit: {engine} may use {budget / GB:.1f} GB of each "
             f"GPU's {memory / GB:.1f} GB (--gpu-memory-utilization "
-            f"{settings.gpu_memory_utilization}"
+            f"{config.gpu_memory_utilization}"
             + (
-                f", --speculative-memory-share {settings.speculative_memory_share}"
-                if layout == "two" and not settings.separate_devices
+                f", --speculative-memory-share {config.speculative_memory_share}"
+                if layout == "two" and not config.separate_devices
                 else ""
             )
             + f") and its weights take {weights / GB:.1f} GB a GPU, leaving "

@@ -45,6 +45,7 @@ from app.engine.tokenizing import LocalTokenizer
 # Loads the scheduler's module, whose import lets requests of draft length 0 past vLLM's
 # refusal of min_p and logit_bias on speculative engines, here where requests are checked.
 from app.engine.vllm.core.scheduler_choice import SCHEDULER_QUALNAME
+from app.engine.vllm.engine_config import EngineConfig
 from app.engine.vllm.extra_args import (
     ACCEPTANCE_PRIOR_KEY,
     CACHE_TOKENS_KEY,
@@ -59,7 +60,6 @@ from app.errors import (
     EngineUnavailableError,
     InvalidRequestError,
 )
-from app.settings import Settings
 from app.vocabulary import Refusal, Route, SpecDecodeStats
 
 logger = logging.getLogger("specgate.engine")
@@ -76,30 +76,24 @@ def on_cpu() -> bool:
     return current_platform.is_cpu()
 
 
-def engine_args(
-    settings: Settings, model_path: str, route: Route, shared: bool = False
-) -> AsyncEngineArgs:
-    """vLLM engine arguments for one route, with platform defaults applied.
-
-    `shared`: this speculative engine serves both routes (`--engine-layout one`), so it gets
-    the memory both engines would have had.
-    """
+def engine_args(config: EngineConfig, model_path: str) -> AsyncEngineArgs:
+    """vLLM engine arguments for one engine, with platform defaults applied."""
     on_cpu = current_platform.is_cpu()
-    speculative = route == "speculative"
-    dtype = settings.dtype
+    speculative = config.speculative_config is not None
+    dtype = config.dtype
     if dtype == "auto" and on_cpu:
         # On AVX2-only CPUs bf16 is emulated; in fp32 the K+1-token verification pass is
         # cheap enough for speculation to pay (see docs/engines.md, "Engines on CPUs").
         dtype = "float32"
-    kv_cache_bytes = settings.kv_cache_memory_bytes
+    kv_cache_bytes = config.kv_cache_memory_bytes
     if kv_cache_bytes is None and on_cpu:
         kv_cache_bytes = CPU_KV_CACHE_BYTES
-    if kv_cache_bytes is not None and shared:
+    if kv_cache_bytes is not None and config.shared:
         kv_cache_bytes *= 2  # the budget is per route: one engine holds both
-    enforce_eager = settings.enforce_eager if settings.enforce_eager is not None else on_cpu
+    enforce_eager = config.enforce_eager if config.enforce_eager is not None else on_cpu
     extra: dict[str, Any] = {}
-    if speculative:
-        extra["speculative_config"] = settings.engine_speculative_config()
+    if config.speculative_config is not None:
+        extra["speculative_config"] = dict(config.speculative_config)
         # "detailed": each verification step's draft length too (the usage's draft_lengths).
         extra["per_request_spec_decode_metrics"] = "detailed"
         # Each request's own draft length (GenerationRequest.draft_length), 0..K, under
@@ -109,28 +103,24 @@ def engine_args(
         # the host's work with the GPU's step (about 1.2 ms a step on an H100).
         extra["scheduler_cls"] = SCHEDULER_QUALNAME
         # What specgate's scheduler and suffix drafter read in the engine's processes.
-        additional: dict[str, Any] = {CACHE_TOKENS_KEY: settings.suffix_cache_tokens}
-        if settings.draft_step_cost:
-            additional[STEP_COST_KEY] = list(settings.draft_step_cost)
+        additional: dict[str, Any] = {CACHE_TOKENS_KEY: config.suffix_cache_tokens}
+        if config.draft_step_cost:
+            additional[STEP_COST_KEY] = list(config.draft_step_cost)
         extra["additional_config"] = additional
     if speculative or on_cpu:
         extra["worker_extension_cls"] = WORKER_EXTENSION_QUALNAME
     return AsyncEngineArgs(
         model=model_path,
-        served_model_name=[settings.model_id],
+        served_model_name=[config.model_id],
         dtype=dtype,  # type: ignore[arg-type]  # vLLM validates the name itself
-        max_model_len=settings.max_model_len,  # type: ignore[arg-type]  # None: the model's
-        tensor_parallel_size=settings.tensor_parallel_size,
-        pipeline_parallel_size=settings.pipeline_parallel_size,
-        distributed_executor_backend=settings.distributed_executor_backend,
-        gpu_memory_utilization=(
-            settings.gpu_memory_utilization
-            if shared
-            else settings.engine_memory_fraction(speculative)
-        ),
+        max_model_len=config.max_model_len,  # type: ignore[arg-type]  # None: the model's
+        tensor_parallel_size=config.tensor_parallel_size,
+        pipeline_parallel_size=config.pipeline_parallel_size,
+        distributed_executor_backend=config.distributed_executor_backend,
+        gpu_memory_utilization=config.memory_fraction,
         kv_cache_memory_bytes=kv_cache_bytes,
         enforce_eager=enforce_eager,
-        load_format=settings.load_format,
+        load_format=config.load_format,
         # specgate keeps its own Prometheus metrics; vLLM's global registry cannot hold two engines.
         disable_log_stats=True,
         # With "auto", vLLM checks each schema for xgrammar and falls back to guidance per
@@ -166,12 +156,10 @@ class VllmEngine(StopsOnExit):
         )
 
     @classmethod
-    def start(
-        cls, settings: Settings, model_path: str, route: Route, shared: bool = False
-    ) -> VllmEngine:
+    def start(cls, config: EngineConfig, model_path: str, route: Route) -> VllmEngine:
         """Build the engine; blocks until its core process is ready (tens of seconds)."""
-        args = engine_args(settings, model_path, route, shared)
-        name = "shared" if shared else route
+        args = engine_args(config, model_path)
+        name = "shared" if config.shared else route
         logger.info("starting the %s engine on %s", name, model_path)
         speculative = args.speculative_config is not None
         with pinned_runner(speculative):

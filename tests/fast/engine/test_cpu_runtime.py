@@ -15,6 +15,7 @@ from app.engine.vllm.cpu_runtime import (
     preloaded,
     recommended_preload,
 )
+from app.engine.vllm.engine_config import launch_config
 from app.engine.vllm.launch import cpu_preload
 from app.settings import Settings
 
@@ -86,6 +87,9 @@ def test_gpu_engines_and_inherited_runtimes_get_no_preload(
     monkeypatch.delenv(PRELOAD_VARIABLE, raising=False)
     touch(tmp_path, TCMALLOC)
     touch(tmp_path, IOMP)
-    assert cpu_preload(Settings(), cpu=False) is None
-    assert cpu_preload(Settings(cpu_runtime="inherited"), cpu=True) is None
-    assert cpu_preload(Settings(), cpu=True) == f"{tmp_path / TCMALLOC}:{tmp_path / IOMP}"
+    assert cpu_preload(launch_config(Settings()), cpu=False) is None
+    assert cpu_preload(launch_config(Settings(cpu_runtime="inherited")), cpu=True) is None
+    assert (
+        cpu_preload(launch_config(Settings()), cpu=True)
+        == f"{tmp_path / TCMALLOC}:{tmp_path / IOMP}"
+    )

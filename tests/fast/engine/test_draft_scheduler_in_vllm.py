@@ -20,6 +20,7 @@ from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
+from app.engine.vllm.engine_config import launch_config
 from app.engine.vllm.extra_args import ACCEPTANCE_PRIOR_KEY, DRAFT_LENGTH_KEY
 from app.engine.vllm.vllm_engine import engine_args
 from app.settings import Settings
@@ -65,7 +66,9 @@ def scheduler(model_folder: Path, async_scheduling: bool) -> Any:
             )
         ],
     )
-    named = engine_args(Settings(), str(model_folder), "speculative").scheduler_cls
+    named = engine_args(
+        launch_config(Settings()).engines["speculative"], str(model_folder)
+    ).scheduler_cls
     assert isinstance(named, str)
     build = resolve_obj_by_qualname(named)
     return build(

@@ -1,14 +1,20 @@
-"""`engine_args`: settings -> vLLM's AsyncEngineArgs. Imports vllm, starts no engine."""
+"""`engine_args`: settings, cut at launch into one engine's config -> vLLM's AsyncEngineArgs.
+Imports vllm, starts no engine."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from pydantic_settings import CliApp
+from vllm.engine.arg_utils import AsyncEngineArgs
 
 from app.cli import parse_settings
+from app.engine.vllm.engine_config import launch_config
 from app.engine.vllm.extra_args import CACHE_TOKENS_KEY, STEP_COST_KEY
 from app.engine.vllm.vllm_engine import WORKER_EXTENSION_QUALNAME, engine_args, on_cpu
 from app.settings import Settings
+from app.vocabulary import Route
 
 # Two nodes' worth of model: each engine spans TP 2 x PP 2 workers on a Ray cluster.
 MULTI_NODE = [
@@ -21,10 +27,27 @@ MULTI_NODE = [
 ]  # fmt: skip
 
 
+def args_for(
+    settings: Settings, model_path: str, route: Route, shared: bool = False
+) -> AsyncEngineArgs:
+    """What the launch gives vLLM for one route's engine (or the one shared engine)."""
+    return engine_args(launch_config(settings).engines["shared" if shared else route], model_path)
+
+
+def test_an_engine_reads_only_its_own_part_of_the_settings() -> None:
+    # The gateway's flags never reach an engine: its config is the same whatever they are.
+    gateway_only = ["--port", "9999", "--max-running-requests", "3", "--api-key", "sk-x"]
+    assert launch_config(parse_settings(gateway_only)) == launch_config(Settings())
+    # And the engine's config is a value: nothing below the launch can change it.
+    config = launch_config(Settings()).engines["speculative"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.max_model_len = 1  # type: ignore[misc]
+
+
 @pytest.mark.parametrize("route", ["speculative", "plain"])
 def test_parallelism_reaches_both_engines(route: str) -> None:
     settings = CliApp.run(Settings, cli_args=MULTI_NODE)
-    args = engine_args(settings, "/models/405b", route)  # type: ignore[arg-type]
+    args = args_for(settings, "/models/405b", route)  # type: ignore[arg-type]
     assert args.model == "/models/405b"
     assert args.tensor_parallel_size == 2
     assert args.pipeline_parallel_size == 2
@@ -34,8 +57,8 @@ def test_parallelism_reaches_both_engines(route: str) -> None:
 
 def test_only_the_speculative_engine_drafts() -> None:
     settings = CliApp.run(Settings, cli_args=MULTI_NODE)
-    speculative = engine_args(settings, "/models/405b", "speculative")
-    plain = engine_args(settings, "/models/405b", "plain")
+    speculative = args_for(settings, "/models/405b", "speculative")
+    plain = args_for(settings, "/models/405b", "plain")
     assert speculative.speculative_config == {
         "model": "meta-llama/Llama-3.2-1B-Instruct",
         "num_speculative_tokens": 4,
@@ -44,14 +67,14 @@ def test_only_the_speculative_engine_drafts() -> None:
 
 
 def test_by_default_each_engine_is_one_worker_and_vllm_picks_the_backend() -> None:
-    args = engine_args(Settings(), "/models/small", "plain")
+    args = args_for(Settings(), "/models/small", "plain")
     assert (args.tensor_parallel_size, args.pipeline_parallel_size) == (1, 1)
     assert args.distributed_executor_backend is None
 
 
 def test_speculative_engines_take_a_draft_length_per_request() -> None:
-    speculative = engine_args(Settings(), "/models/small", "speculative")
-    plain = engine_args(Settings(), "/models/small", "plain")
+    speculative = args_for(Settings(), "/models/small", "speculative")
+    plain = args_for(Settings(), "/models/small", "plain")
     assert (
         speculative.scheduler_cls == "app.engine.vllm.core.scheduler_choice.draft_length_scheduler"
     )
@@ -64,14 +87,14 @@ def test_speculative_engines_take_a_draft_length_per_request() -> None:
 def test_vllm_settles_async_scheduling_and_the_scheduler_follows_it() -> None:
     # Both schedulers take draft lengths (tests/fast/engine/test_draft_scheduler_in_vllm.py),
     # so nothing is forced.
-    assert engine_args(Settings(), "/models/small", "speculative").async_scheduling is None
-    assert engine_args(Settings(), "/models/small", "plain").async_scheduling is None
+    assert args_for(Settings(), "/models/small", "speculative").async_scheduling is None
+    assert args_for(Settings(), "/models/small", "plain").async_scheduling is None
 
 
 def test_a_shared_engine_gets_both_routes_memory() -> None:
     settings = Settings(kv_cache_memory_bytes=2**28, gpu_memory_utilization=0.9)
-    own = engine_args(settings, "/models/small", "speculative")
-    shared = engine_args(settings, "/models/small", "speculative", shared=True)
+    own = args_for(settings, "/models/small", "speculative")
+    shared = args_for(settings, "/models/small", "speculative", shared=True)
     assert (own.kv_cache_memory_bytes, shared.kv_cache_memory_bytes) == (2**28, 2**29)
     assert own.gpu_memory_utilization == settings.engine_memory_fraction(True)
     assert shared.gpu_memory_utilization == 0.9
@@ -108,8 +131,8 @@ def test_the_load_format_reaches_both_engines() -> None:
     # dummy: random weights in the model's shape, from a folder of config.json and a tokenizer.
     settings = parse_settings(["--load-format", "dummy"])
     for route in ("speculative", "plain"):
-        assert engine_args(settings, "/models/shape-only", route).load_format == "dummy"
-    assert engine_args(Settings(), "/models/small", "plain").load_format == "auto"
+        assert args_for(settings, "/models/shape-only", route).load_format == "dummy"
+    assert args_for(Settings(), "/models/small", "plain").load_format == "auto"
 
 
 def test_importing_the_worker_patches_changes_nothing() -> None:
@@ -126,9 +149,9 @@ def test_importing_the_worker_patches_changes_nothing() -> None:
 
 def test_a_fixed_step_cost_line_reaches_the_speculative_engines_scheduler() -> None:
     settings = parse_settings(["--draft-step-cost", "40,0,2.4,2.9"])
-    speculative = engine_args(settings, "/models/small", "speculative")
+    speculative = args_for(settings, "/models/small", "speculative")
     assert speculative.additional_config[STEP_COST_KEY] == [40.0, 0.0, 2.4, 2.9]
-    learned = engine_args(Settings(), "/models/small", "speculative")
+    learned = args_for(Settings(), "/models/small", "speculative")
     assert STEP_COST_KEY not in (learned.additional_config or {})
 
 
@@ -140,6 +163,6 @@ def test_a_step_cost_line_that_cannot_price_a_step_is_refused(value: str) -> Non
 
 def test_the_suffix_trees_token_bound_reaches_the_speculative_engines_worker() -> None:
     settings = parse_settings(["--suffix-cache-tokens", "123456"])
-    speculative = engine_args(settings, "/models/small", "speculative")
+    speculative = args_for(settings, "/models/small", "speculative")
     assert speculative.additional_config == {CACHE_TOKENS_KEY: 123456}
     assert STEP_COST_KEY not in speculative.additional_config

@@ -11,6 +11,7 @@ import pytest
 from app.cli import parse_settings
 from app.engine.protocol import StopsOnExit
 from app.engine.vllm import launch
+from app.engine.vllm.engine_config import launch_config
 from app.engine.vllm.memory_plan import (
     DeviceFacts,
     MemoryPlanError,
@@ -53,12 +54,12 @@ def test_parameter_counts_match_the_published_sizes() -> None:
 
 
 def test_the_seeds_example_gets_one_engine_and_two_is_refused_with_the_numbers() -> None:
-    settings = parse_settings(SEED)
+    settings = launch_config(parse_settings(SEED))
     need = needs(settings, LLAMA_70B, LLAMA_1B)
     assert need["plain"] == pytest.approx(35.3 * GB, rel=0.01)
     assert choose_layout(settings, H100, need) == "one"
     check_plan(settings, "one", H100, need)  # 73.6 GB a GPU holds 38 GB of weights
-    two = parse_settings([*SEED, "--engine-layout", "two"])
+    two = launch_config(parse_settings([*SEED, "--engine-layout", "two"]))
     with pytest.raises(MemoryPlanError) as refused:
         check_plan(two, choose_layout(two, H100, need), H100, need)
     message = str(refused.value)
@@ -68,26 +69,26 @@ def test_the_seeds_example_gets_one_engine_and_two_is_refused_with_the_numbers()
 
 
 def test_two_engines_fit_on_their_own_gpus() -> None:
-    split = parse_settings(
+    split = launch_config(parse_settings(
         [*SEED, "--engine-layout", "two", "--speculative-devices", "0,1,2,3",
          "--plain-devices", "4,5,6,7"]
-    )  # fmt: skip
+    ))  # fmt: skip
     need = needs(split, LLAMA_70B, LLAMA_1B)
     assert choose_layout(split, H100, need) == "two"
     check_plan(split, "two", H100, need)  # each engine has 73.6 GB a GPU
 
 
 def test_auto_keeps_two_engines_only_for_weights_small_beside_the_gpu() -> None:
-    settings = parse_settings([])
+    settings = launch_config(parse_settings([]))
     assert choose_layout(settings, H100, needs(settings, LLAMA_8B, None)) == "one"
     assert choose_layout(settings, H100, needs(settings, TINY, None)) == "two"
     assert choose_layout(settings, CPU, {}) == "one"  # one engine measured ahead on CPUs
-    pinned = parse_settings(["--engine-layout", "two"])
+    pinned = launch_config(parse_settings(["--engine-layout", "two"]))
     assert choose_layout(pinned, CPU, {}) == "two"
 
 
 def test_one_engine_that_cannot_hold_its_weights_is_refused() -> None:
-    settings = parse_settings(["--engine-layout", "one"])
+    settings = launch_config(parse_settings(["--engine-layout", "one"]))
     with pytest.raises(MemoryPlanError, match="--tensor-parallel-size"):
         check_plan(settings, "one", H100, needs(settings, LLAMA_70B, None))
 
@@ -118,7 +119,7 @@ async def test_each_routes_engine_core_is_spawned_seeing_only_its_gpus(
         """What VllmEngine.start would return, once the engine core was spawned."""
 
         @staticmethod
-        def start(settings: Any, model_path: str, route: str, shared: bool = False) -> Any:
+        def start(config: Any, model_path: str, route: str) -> Any:
             seen[route] = os.environ.get("CUDA_VISIBLE_DEVICES")
             return SpawnedEngine()
 
@@ -130,8 +131,10 @@ async def test_each_routes_engine_core_is_spawned_seeing_only_its_gpus(
     monkeypatch.setattr(launch, "gpu_facts", lambda: H100)
     monkeypatch.setattr(launch, "model_config", lambda model: LLAMA_8B)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    settings = parse_settings(
-        ["--model", "/models/llama-8b", "--speculative-devices", "0", "--plain-devices", "1"]
+    settings = launch_config(
+        parse_settings(
+            ["--model", "/models/llama-8b", "--speculative-devices", "0", "--plain-devices", "1"]
+        )
     )
     async with AsyncExitStack() as stack:
         await launch.start_vllm_engines(settings, stack)
