@@ -213,6 +213,8 @@ class EngineReplica:
             "step_samples": line["samples"],
             "acceptance": self._acceptance.rates(),
             "histories": list(self._histories),
+            # Wall-clock time: a router reads the report against what it had sent by then.
+            "reported_at": time.time(),
         }
 
     def __del__(self) -> Coroutine[Any, Any, None] | None:

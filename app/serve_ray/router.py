@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import Counter, deque
+from collections import deque
 from dataclasses import astuple
 from typing import Any
 
@@ -31,6 +31,7 @@ from ray.serve.request_router import (
 
 from app.drafting.length_rule import CPU_STEP_PRIOR, StepCostPrior
 from app.engine.generation import GenerationRequest
+from app.placement.in_flight_log import InFlightLog, others_in_flight
 from app.placement.prefix_table import PrefixTable, prompt_chunks, prompt_tokens
 from app.placement.replica_rank import EXPECTED_OUTPUT_TOKENS, ReplicaReport, Wants, rank
 from app.serve_ray.replica import history_key
@@ -79,14 +80,29 @@ def shared_line(lines: list[StepCostPrior]) -> StepCostPrior:
 
 
 def report_of(
-    replica_id: str, stats: dict[str, Any], in_flight: int, line: StepCostPrior
+    replica_id: str,
+    stats: dict[str, Any],
+    in_flight: int,
+    line: StepCostPrior,
+    mine_then: int | None = None,
 ) -> ReplicaReport:
     """A replica's report from its routing stats (empty before its first), with what this
-    router has in flight there: requests it sent since the report count as running."""
+    router has in flight there. `mine_then`: what this router had there when the report was
+    taken; the report then adds only the others' requests to this router's own now (a report
+    taken while this router's requests ran says nothing of them once they have ended).
+    Without it, this router's requests count past what the report says."""
     waiting = int(stats.get("waiting", 0))
+    reported = int(stats.get("running", 0))
+    others = others_in_flight(reported + waiting, mine_then)
+    if others is None:
+        running = max(reported, in_flight - waiting)
+    else:
+        total = in_flight + others
+        waiting = min(waiting, total)
+        running = total - waiting
     return ReplicaReport(
         replica_id,
-        running=max(int(stats.get("running", 0)), in_flight - waiting),
+        running=running,
         waiting=waiting,
         step_cost=line,
         kv_use=float(stats.get("kv_use", 0.0)),
@@ -100,7 +116,7 @@ class SpecgateRouter(FIFOMixin, RequestRouter):
         # Per replica: the requests this router has in flight there, and its first choices
         # not yet sent (Serve routes a burst's requests concurrently: each choice counts at
         # once, or every request of the burst would see the same idle replica).
-        self._in_flight: Counter[str] = Counter()
+        self._in_flight = InFlightLog()
         self._chosen: deque[tuple[float, str]] = deque()
         self._prefixes = PrefixTable()
 
@@ -108,13 +124,18 @@ class SpecgateRouter(FIFOMixin, RequestRouter):
         super().update_replicas(replicas)
         # A replica that is gone takes its cache with it (its restart starts empty).
         self._prefixes.keep_only(r.replica_id.unique_id for r in replicas)
+        self._in_flight.keep_only({r.replica_id.unique_id for r in replicas})
+
+    def _count(self, replica_id: str, delta: int) -> None:
+        # Wall-clock time: replicas stamp their reports with it (replica.py).
+        self._in_flight.add(replica_id, delta, time.time())
 
     def _choose(self, replica_id: str) -> None:
         now = time.monotonic()
         while self._chosen and self._chosen[0][0] < now - CHOICE_LAPSES_S:
-            self._in_flight[self._chosen.popleft()[1]] -= 1
+            self._count(self._chosen.popleft()[1], -1)
         self._chosen.append((now, replica_id))
-        self._in_flight[replica_id] += 1
+        self._count(replica_id, +1)
 
     def on_send_request(self, replica_id: ReplicaID) -> None:
         super().on_send_request(replica_id)
@@ -123,12 +144,12 @@ class SpecgateRouter(FIFOMixin, RequestRouter):
             if choice[1] == sent:  # the choice was followed: it counts already
                 self._chosen.remove(choice)
                 return
-        self._in_flight[sent] += 1
+        self._count(sent, +1)
         if self._chosen:  # Serve sent it elsewhere: the oldest choice was not followed
-            self._in_flight[self._chosen.popleft()[1]] -= 1
+            self._count(self._chosen.popleft()[1], -1)
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
-        self._in_flight[replica_id.unique_id] -= 1
+        self._count(replica_id.unique_id, -1)
 
     async def choose_replicas(
         self,
@@ -149,6 +170,12 @@ class SpecgateRouter(FIFOMixin, RequestRouter):
             logger.exception("specgate's router failed; routing at random")
             return [random.sample(candidate_replicas, len(candidate_replicas))]
 
+    def _mine_when_reported(self, replica_id: str, stats: dict[str, Any]) -> int | None:
+        reported_at = stats.get("reported_at")
+        if reported_at is None:
+            return None
+        return self._in_flight.at(replica_id, float(reported_at))
+
     def _ranked(
         self, candidate_replicas: list[RunningReplica], request: GenerationRequest
     ) -> list[list[RunningReplica]]:
@@ -157,7 +184,13 @@ class SpecgateRouter(FIFOMixin, RequestRouter):
         lines = {replica_id: learned_line(found) for replica_id, found in stats.items()}
         peers = shared_line([line for line in lines.values() if line is not None])
         reports = [
-            report_of(replica_id, found, self._in_flight[replica_id], lines[replica_id] or peers)
+            report_of(
+                replica_id,
+                found,
+                self._in_flight.now(replica_id),
+                lines[replica_id] or peers,
+                self._mine_when_reported(replica_id, found),
+            )
             for replica_id, found in stats.items()
         ]
         chunks, chunk_tokens = prompt_chunks(request.prompt)

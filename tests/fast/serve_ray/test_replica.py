@@ -94,6 +94,17 @@ def test_the_router_reads_a_request_and_a_report() -> None:
     assert report_of("r", {}, in_flight=0, line=CPU_STEP_PRIOR).load == 0
 
 
+def test_a_report_taken_while_this_routers_requests_ran_is_not_read_as_busy_after() -> None:
+    # Taken while this router had 3 requests there (2 running, 1 waiting): all were its own.
+    stats = {"running": 2, "waiting": 1, "reported_at": 100.0}
+    ended = report_of("r", stats, in_flight=0, line=CPU_STEP_PRIOR, mine_then=3)
+    assert ended.load == 0  # they have all ended since
+    # Another router had 2 there as well: those still count, with this router's 1 now.
+    shared = {"running": 4, "waiting": 1, "reported_at": 100.0}
+    now = report_of("r", shared, in_flight=1, line=CPU_STEP_PRIOR, mine_then=3)
+    assert (now.running, now.waiting) == (2, 1)
+
+
 def test_a_replica_without_a_line_is_priced_by_its_peers() -> None:
     a, b = StepCostPrior(4.0, 0.2, 0.1, 0.0), StepCostPrior(6.0, 0.4, 0.3, 0.2)
     assert astuple(shared_line([a, b])) == pytest.approx((5.0, 0.3, 0.2, 0.1))
