@@ -33,7 +33,7 @@ from openai import AsyncOpenAI
 
 from bench import repeats
 from bench.agent_sessions import KINDS, Session, sessions
-from bench.load_phases import ARM_TABLE, LoadArm, server_spec
+from bench.load_arms import ARM_TABLE, LoadArm, server_spec
 from bench.manifest import recorded_run
 from bench.servers import (
     MODEL_DIR,

@@ -27,7 +27,7 @@ from typing import Any
 
 from openai import AsyncOpenAI
 
-from bench.load_phases import ARM_TABLE, server_spec
+from bench.load_arms import ARM_TABLE, server_spec
 from bench.manifest import recorded_run
 from bench.repeats import interleaved
 from bench.servers import MODEL_DIR, MODEL_NAME, ServerError, free_port, serve

@@ -11,7 +11,7 @@ import pytest
 
 from app.drafting.length_rule import CPU_STEP_PRIOR
 from app.engine.fakes.paced import PacedFakeEngine
-from bench import load_phases
+from bench import load_arms, load_phases
 from bench.envoy_pool import build_parser, listener
 from bench.envoy_stack import Listener, envoy_config
 from bench.picker_upstream import build_engine
@@ -86,17 +86,17 @@ def test_an_envoy_arms_server_is_the_stack_with_its_parts_logging_beside_its_own
     name, log_name = load_phases.server_names(args, (picker,), 2)
     assert (name, log_name) == ("specgate-envoy2-picker", "specgate-envoy2-picker.r2")
     logs = Path("/runs/x/logs") / log_name
-    spec = load_phases.server_spec(picker, args, logs)
+    spec = load_arms.server_spec(picker, args, logs)
     assert spec.argv == [
         sys.executable, "-m", "bench.envoy_pool", "--balancing", "picker", "--log-dir", str(logs),
     ]  # fmt: skip
-    assert load_phases.server_spec(least, args).argv[-2:] == ["--balancing", "least-request"]
+    assert load_arms.server_spec(least, args).argv[-2:] == ["--balancing", "least-request"]
 
 
 def test_other_servers_ignore_the_log_folder() -> None:
     args = load_phases.parse_args(["--arms", "ray2-specgate,never"])
     ray, never = args.arms
     folder = Path("/runs/x/logs/a")
-    assert load_phases.server_spec(ray, args, folder) == load_phases.server_spec(ray, args)
-    assert load_phases.server_spec(never, args, folder) == load_phases.server_spec(never, args)
+    assert load_arms.server_spec(ray, args, folder) == load_arms.server_spec(ray, args)
+    assert load_arms.server_spec(never, args, folder) == load_arms.server_spec(never, args)
     assert load_phases.server_names(args, (never,), 0) == ("specgate-never", "specgate-never")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import load_phases
+from bench import load_phases, load_schedule, load_summary
 from bench.client import Sample
-from bench.load_phases import Record
+from bench.load_replay import Record
 from bench.prompt_set import load_prompts
 
 
@@ -38,7 +38,7 @@ def test_a_shared_server_is_started_afresh_every_round() -> None:
 
 def test_a_phase_of_no_requests_is_dropped() -> None:
     args = load_phases.parse_args(["--steady", "0,0"])
-    assert [p.name for p in load_phases.phase_plan(args)] == ["quiet1", "burst", "quiet2"]
+    assert [p.name for p in load_schedule.phase_plan(args)] == ["quiet1", "burst", "quiet2"]
 
 
 @pytest.mark.parametrize("argv", [["--repeats", "0"], ["--drift-bound", "0"]])
@@ -57,9 +57,9 @@ def test_pooled_tables_pair_a_slot_with_the_same_slot_of_the_same_repeat() -> No
         record("always", 1, 0, "burst", 3.0),
         record("auto", 1, 0, "burst", 3.0),
     ]
-    oracle = load_phases.oracle_records(records)
+    oracle = load_summary.oracle_records(records)
     assert [(r.repeat, r.sample.e2e_s) for r in oracle] == [(0, 1.0), (1, 3.0)]
-    row = load_phases.ratios(records + oracle, ["burst"], ["auto"])["burst"]["auto"]
+    row = load_summary.ratios(records + oracle, ["burst"], ["auto"])["burst"]["auto"]
     assert row["slots"] == 2
     assert row["arm_mean_s"] == 2.0 and row["mean_over_oracle"] == 1.0
     assert record("auto", 1, 0, "burst", 3.0).to_json()["repeat"] == 1
@@ -68,9 +68,9 @@ def test_pooled_tables_pair_a_slot_with_the_same_slot_of_the_same_repeat() -> No
 def test_a_run_with_repeats_writes_pooled_and_per_repeat_figures(tmp_path: Path) -> None:
     argv = ["--arms", "changing-load", "--steady", "0,0", "--repeats", "2", "--out-dir"]
     args = load_phases.parse_args([*argv, str(tmp_path)])
-    phases = load_phases.phase_plan(args)
+    phases = load_schedule.phase_plan(args)
     prompts = load_prompts(args.prompts, None, args.split)
-    schedule = load_phases.build_schedule(phases, prompts, args.seed)
+    schedule = load_schedule.build_schedule(phases, prompts, args.seed)
     # auto-one's second repeat is twice as slow as its first: it drifted.
     speed = {"vllm-plain-all": (1.0, 1.0), "never-one": (1.0, 1.05), "auto-one": (0.9, 1.8)}
     records = [

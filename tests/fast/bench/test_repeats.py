@@ -9,7 +9,7 @@ import pytest
 
 from bench import repeats
 from bench.client import Sample
-from bench.load_phases import Record
+from bench.load_replay import Record
 from bench.repeats import CHANGING, Comparison, Spread
 from bench.report import ALL
 
