@@ -138,13 +138,35 @@ def test_the_load_format_reaches_both_engines() -> None:
 def test_importing_the_worker_patches_changes_nothing() -> None:
     # Only the worker's extension module installs them (app/engine/vllm/worker/extension.py).
     from vllm.model_executor.layers.layernorm import RMSNorm
+    from vllm.v1.sample import sampler
+    from vllm.v1.sample.ops.logprobs import batched_count_greater_than
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    from app.engine.vllm.worker import cpu_kernels, drafting_patches
+    from app.engine.vllm.worker import cpu_kernels, drafting_patches, eager_logprobs
 
     assert GPUModelRunner._sample is drafting_patches._sample  # vLLM's own
     assert GPUModelRunner.propose_draft_token_ids is drafting_patches._propose
     assert RMSNorm.forward_cpu is cpu_kernels._reference_forward_cpu
+    assert sampler.batched_count_greater_than is batched_count_greater_than
+    assert eager_logprobs.count_greater_or_equal is not batched_count_greater_than
+
+
+def test_logprobs_ranks_counted_eagerly_are_vllms() -> None:
+    # vLLM's function as written, without its compile (the compile is what the CPU skips).
+    import torch
+    from vllm.v1.sample.ops.logprobs import batched_count_greater_than
+
+    from app.engine.vllm.worker.eager_logprobs import count_greater_or_equal
+
+    as_written = batched_count_greater_than._torchdynamo_orig_callable  # type: ignore[attr-defined]
+    generator = torch.Generator().manual_seed(0)
+    logprobs = torch.randn(5, 300, generator=generator).log_softmax(-1)
+    chosen = logprobs.gather(-1, torch.randint(0, 300, (5, 1), generator=generator))
+    eager = count_greater_or_equal(logprobs, chosen)
+    assert torch.equal(eager, as_written(logprobs, chosen))
+    assert bool((eager >= 1).all())  # the chosen token counts itself: rank 1 at best
+    ties = torch.tensor([[0.1, 0.5, 0.3], [0.2, 0.2, 0.9]])
+    assert count_greater_or_equal(ties, torch.tensor([[0.3], [0.2]])).tolist() == [2, 3]
 
 
 def test_a_fixed_step_cost_line_reaches_the_speculative_engines_scheduler() -> None:

@@ -6,7 +6,8 @@ vLLM offers no call into an extension at start-up, only the import of its module
 module's import installs the worker's changes, and nothing else imports it:
 - app/engine/vllm/worker/drafting_patches.py: per-request draft lengths (each change passes
   through on an engine that does not draft);
-- app/engine/vllm/worker/cpu_kernels.py: one-pass RMSNorm kernels on CPUs.
+- app/engine/vllm/worker/cpu_kernels.py: one-pass RMSNorm kernels on CPUs;
+- app/engine/vllm/worker/eager_logprobs.py: logprobs' ranks counted without a compile on CPUs.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from dataclasses import asdict
 from typing import Any
 
 from app.engine.generation import SuffixCacheCounts
-from app.engine.vllm.worker import cpu_kernels, drafting_patches
+from app.engine.vllm.worker import cpu_kernels, drafting_patches, eager_logprobs
 
 drafting_patches.install()
 cpu_kernels.install()
+eager_logprobs.install()
 
 
 class WorkerExtension:
