@@ -57,18 +57,22 @@ class LaunchConfig:
     recommended_cpu_runtime: bool
     speculative_devices: tuple[int, ...]
     plain_devices: tuple[int, ...]
-    # The memory plan's inputs (app/engine/vllm/memory_plan.py).
-    dtype: str
-    weight_ranks: int  # tensor x pipeline parallel: the GPUs one engine's weights spread over
+    separate_devices: bool  # each route's engine on GPUs of its own (Settings says when)
+    # The memory plan's inputs (app/engine/vllm/memory_plan.py), beside the engines' own.
     draft_tensor_parallel_size: int | None
     gpu_memory_utilization: float
     speculative_memory_share: float
     engines: Mapping[EngineRole, EngineConfig]
 
     @property
-    def separate_devices(self) -> bool:
-        """Each route's engine on GPUs of its own."""
-        return bool(self.speculative_devices and self.plain_devices)
+    def dtype(self) -> str:
+        return self.engines["plain"].dtype
+
+    @property
+    def weight_ranks(self) -> int:
+        """Tensor x pipeline parallel: the GPUs one engine's weights spread over."""
+        plain = self.engines["plain"]
+        return plain.tensor_parallel_size * plain.pipeline_parallel_size
 
     def devices(self, route: Route) -> tuple[int, ...]:
         return self.speculative_devices if route == "speculative" else self.plain_devices
@@ -116,8 +120,7 @@ def launch_config(settings: Settings) -> LaunchConfig:
         recommended_cpu_runtime=settings.cpu_runtime == "recommended",
         speculative_devices=settings.speculative_devices,
         plain_devices=settings.plain_devices,
-        dtype=settings.dtype,
-        weight_ranks=settings.tensor_parallel_size * settings.pipeline_parallel_size,
+        separate_devices=settings.separate_devices,
         draft_tensor_parallel_size=settings.speculative_draft_tensor_parallel_size,
         gpu_memory_utilization=settings.gpu_memory_utilization,
         speculative_memory_share=settings.speculative_memory_share,
