@@ -56,33 +56,76 @@ def wait_until_idle(server: ServerProcess, limit: float = 30) -> float:
     raise AssertionError(f"engines still busy after {limit} s")
 
 
-def test_load_far_past_the_limits(server: ServerProcess) -> None:
-    streams = 5 * ADMITTED
+async def hold_stream(client: httpx.AsyncClient, route: str, running: asyncio.Event) -> None:
+    """A long stream that holds its slot until the test cancels it; `running` is set at its
+    first token."""
+    request = {**body(2048), "stream": True, "ignore_eos": True}
+    async with client.stream("POST", CHAT, json=request, headers={"X-Speculative": route}) as r:
+        assert r.status_code == 200
+        async for line in r.aiter_lines():
+            if line:
+                running.set()
 
-    async def run() -> list[Outcome]:
-        limits = httpx.Limits(max_connections=streams)
+
+async def until_metric(server: ServerProcess, gauge: str, value: float) -> None:
+    """Wait (up to 5 minutes) until the gauge reads `value` on both routes."""
+    for _ in range(3000):
+        readings = [
+            await asyncio.to_thread(server.metric, gauge, route=e) for e in ("speculative", "plain")
+        ]
+        if readings == [value, value]:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{gauge} never read {value} on both routes")
+
+
+def test_load_far_past_the_limits(server: ServerProcess) -> None:
+    """Every running slot held by a long stream, every queue place taken, then four times as
+    many requests again: each is refused at once with 429, while no slot frees, and the queued
+    requests are served in full once the long streams leave."""
+    excess = 4 * ADMITTED
+
+    async def run() -> tuple[list[Outcome], list[Outcome], bool]:
+        limits = httpx.Limits(max_connections=ADMITTED + excess)
         async with httpx.AsyncClient(
             base_url=server.base_url, timeout=300, limits=limits
         ) as client:
-            return await asyncio.gather(
-                *(one_stream(client, ROUTES[i % 2]) for i in range(streams))
-            )
+            started = [asyncio.Event() for _ in range(2 * MAX_RUNNING)]
+            holders = [
+                asyncio.create_task(hold_stream(client, ROUTES[i % 2], event))
+                for i, event in enumerate(started)
+            ]
+            await asyncio.gather(*(event.wait() for event in started))
+            queued = [
+                asyncio.create_task(one_stream(client, ROUTES[i % 2]))
+                for i in range(2 * MAX_QUEUED)
+            ]
+            await until_metric(server, "specgate_queued_requests", MAX_QUEUED)
+            refused = [
+                asyncio.create_task(one_stream(client, ROUTES[i % 2])) for i in range(excess)
+            ]
+            # Ordered by events, not timed: the refusals must all be in before any slot frees
+            # (a long stream ends after 2048 tokens), however slow the machine.
+            pending: set[asyncio.Task[object]] = {*refused, *holders}
+            while any(not t.done() for t in refused) and not any(t.done() for t in holders):
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            slots_held = not any(t.done() for t in holders)
+            for holder in holders:
+                holder.cancel()  # leaving mid-stream frees the slot for a queued request
+            await asyncio.gather(*holders, return_exceptions=True)
+            return await asyncio.gather(*refused), await asyncio.gather(*queued), slots_held
 
-    outcomes = asyncio.run(run())
-    served = [o for o in outcomes if o.status == 200]
-    rejected = [o for o in outcomes if o.status == 429]
+    refused, queued, slots_held = asyncio.run(run())
     print(
-        f"\nload: {streams} streams, {len(served)} served, {len(rejected)} rejected, "
-        f"slowest rejection {max((o.seconds for o in rejected), default=0):.3f} s, "
-        f"slowest stream {max(o.seconds for o in served):.1f} s"
+        f"\nload: {ADMITTED} admitted, {len(refused)} more sent, "
+        f"slowest refusal {max(o.seconds for o in refused):.3f} s, "
+        f"slowest queued stream {max(o.seconds for o in queued):.1f} s"
     )
-    assert len(served) + len(rejected) == streams, [o.status for o in outcomes]
-    assert all(o.completed for o in served)
-    assert len(served) >= ADMITTED  # everything admissible was admitted
-    assert rejected and all(o.retry_after == "1" for o in rejected)
-    # A hang guard, not a benchmark: a rejection is answered at once, not after a slot frees
-    # (so before any admitted stream ends), however slow the machine.
-    assert max(o.seconds for o in rejected) < min(o.seconds for o in served)
+    assert slots_held, "a long stream ended before every refusal was answered"
+    assert all(o.status == 429 and o.retry_after == "1" for o in refused), [
+        (o.status, o.retry_after) for o in refused
+    ]
+    assert all(o.status == 200 and o.completed for o in queued), [o.status for o in queued]
     print(f"idle again after {wait_until_idle(server):.2f} s")
     assert httpx.get(f"{server.base_url}/health", timeout=30).status_code == 200
 
