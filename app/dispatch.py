@@ -85,6 +85,7 @@ class Dispatcher:
             temperature=options.temperature,
             top_p=options.top_p,
             max_tokens=options.max_tokens,
+            predicted=spec.prediction is not None,
         )
         decision = self.decide(spec.choice, features, options)
         request_id = f"{ID_PREFIXES[spec.endpoint]}{uuid.uuid4().hex}"
@@ -97,6 +98,7 @@ class Dispatcher:
             spec.move_after,
             spec.tools,
             spec.tenant,
+            spec.prediction,
         )
 
     def decide(
@@ -130,6 +132,7 @@ class Dispatcher:
         move_after: int | None = None,
         tools: tuple[dict[str, Any], ...] | None = None,
         tenant: str | None = None,
+        prediction: str | None = None,
     ) -> Run:
         """Submit one engine request per prompt; returns once the first output is in."""
         route = decision.route
@@ -153,6 +156,7 @@ class Dispatcher:
                 tools,
                 tenant,
                 decision.workload_class.value,
+                prediction,
             )
             for i, prompt in enumerate(prompts)
         ]
@@ -252,7 +256,11 @@ class Dispatcher:
         move_after: int | None,
     ) -> Mover | None:
         """A mover for a request that may change engines mid-stream, or None."""
+        # A request with a prediction stays where it drafts from it (a continuation elsewhere
+        # would re-check the prediction against a longer prompt).
         if not self.mid_stream or self.ngram is None or len(requests) != 1:
+            return None
+        if requests[0].prediction is not None:
             return None
         if self.policy.adaptive and move_after is None:
             return None  # one engine re-chooses the length every step: nothing to move for

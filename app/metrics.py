@@ -140,7 +140,8 @@ class GatewayMetrics:
         self.decisions = Counter(
             "specgate_routing_decisions",
             "Routing decisions by workload class, chosen route and basis (header, unsupported, "
-            "pinned, temperature, load, acceptance, learned, explore, fallback).",
+            "pinned, temperature, load, acceptance, learned, adaptive, prediction, explore, "
+            "fallback).",
             ["workload_class", "route", "basis"],
             registry=r,
         )

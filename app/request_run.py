@@ -15,7 +15,7 @@ from app.routing.draft_replay import DraftReplay, NgramConfig, ReplayFigures
 from app.routing.feedback import Outcome, RunListener, RunReport
 from app.routing.policy import RouteDecision
 from app.switching import Mover, Segment
-from app.vocabulary import Route, SpecDecodeStats
+from app.vocabulary import PredictionCounts, Route, SpecDecodeStats
 
 logger = logging.getLogger("specgate.generation")
 
@@ -50,6 +50,8 @@ class Run:
     prompt_tokens: int = 0
     choices: dict[int, ChoiceResult] = field(default_factory=dict)
     draft_stats: SpecDecodeStats | None = None
+    # How the request's prediction of its answer fared, if it brought one.
+    prediction: PredictionCounts | None = None
     started_at: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
     finished_at: float | None = None
@@ -243,6 +245,9 @@ class Run:
             stats, before = delta.draft_stats, self.draft_stats
             if stats is not None:
                 self.draft_stats = stats if before is None else before + stats
+            if delta.prediction is not None:
+                landed = self.prediction
+                self.prediction = delta.prediction if landed is None else landed + delta.prediction
         if self._replay is not None and self.finished:
             # Settled now, not at close: the stream's last chunk reports it before the close.
             self._replay.finish()

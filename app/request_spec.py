@@ -28,6 +28,8 @@ class RequestSpec:
     tools: tuple[dict[str, Any], ...] | None = None
     # Whose earlier answers suffix drafting may draw on (app/tenancy.py).
     tenant: str | None = None
+    # The client's prediction of the answer (OpenAI's Predicted Outputs).
+    prediction: str | None = None
 
     @classmethod
     def of_turns(

@@ -28,6 +28,10 @@ class SpecDecodeStats:
     # Verification steps by draft length: element i counts steps that checked i+1 draft
     # tokens (empty when the engine does not report it).
     draft_lengths: tuple[int, ...] = ()
+    # Verification steps by drafts accepted: element j counts steps that accepted j (vLLM's
+    # acceptance_histogram, 0..K), and the engine's K; empty and 0 where not reported.
+    acceptance_histogram: tuple[int, ...] = ()
+    spec_tokens: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -39,15 +43,39 @@ class SpecDecodeStats:
         return 1 + self.accepted_tokens / max(self.drafts, 1)
 
     def __add__(self, other: SpecDecodeStats) -> SpecDecodeStats:
-        longest = max(len(self.draft_lengths), len(other.draft_lengths))
-        mine = (*self.draft_lengths, *[0] * (longest - len(self.draft_lengths)))
-        theirs = (*other.draft_lengths, *[0] * (longest - len(other.draft_lengths)))
         return SpecDecodeStats(
             self.drafts + other.drafts,
             self.draft_tokens + other.draft_tokens,
             self.accepted_tokens + other.accepted_tokens,
-            tuple(a + b for a, b in zip(mine, theirs, strict=True)),
+            _summed(self.draft_lengths, other.draft_lengths),
+            _summed(self.acceptance_histogram, other.acceptance_histogram),
+            max(self.spec_tokens, other.spec_tokens),
         )
+
+
+def _summed(mine: tuple[int, ...], theirs: tuple[int, ...]) -> tuple[int, ...]:
+    """Two histograms added bucket by bucket, the shorter padded with zeros."""
+    longest = max(len(mine), len(theirs))
+    padded = [(*counts, *[0] * (longest - len(counts))) for counts in (mine, theirs)]
+    return tuple(a + b for a, b in zip(*padded, strict=True))
+
+
+@dataclass(frozen=True)
+class PredictionCounts:
+    """How a client's prediction of the answer (OpenAI's Predicted Outputs) fared: its length
+    in tokens, and how many of the tokens it drafted the answer produced at their place."""
+
+    tokens: int
+    accepted: int = 0
+
+    @property
+    def rejected(self) -> int:
+        """The prediction's tokens that did not land (OpenAI: still billed as output)."""
+        return max(self.tokens - self.accepted, 0)
+
+    def __add__(self, other: PredictionCounts) -> PredictionCounts:
+        # Two parts of one answer (a request moved between engines): one prediction.
+        return PredictionCounts(max(self.tokens, other.tokens), self.accepted + other.accepted)
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,14 @@ FIELD_EDGES: dict[str, tuple[Any, ...]] = {
     "functions": ([], None, [{}]),
     "function_call": ("none", "auto", {"name": "f"}, None),
     "audio": (None, {}, {"voice": "x"}, False),
-    "prediction": (None, {"type": "content", "content": "x"}),
+    "prediction": (
+        None, "x", [1], {}, {"type": "content"}, {"type": "content", "content": "x"},
+        {"type": "content", "content": ""}, {"type": "content", "content": []},
+        {"type": "content", "content": [{"type": "text", "text": "y"}]},
+        {"type": "content", "content": [{"type": "text"}]}, {"type": "text", "content": "x"},
+        {"type": "content", "content": "\ud800"}, {"type": "content", "content": 5},
+        {"type": "content", "content": "word " * 20_000},
+    ),
     "metadata": (None, {}, {"k": "v" * 600}, [1]),
     "store": (True, "yes"),
     "service_tier": ("auto", "flex", 5),
@@ -279,6 +286,9 @@ def _common_fields() -> dict[str, st.SearchStrategy[Any]]:
         "metadata": st.dictionaries(some_text, some_text, max_size=2),
         "store": st.booleans(),
         "service_tier": st.sampled_from(["auto", "default"]),
+        "prediction": st.fixed_dictionaries(
+            {"type": st.just("content"), "content": st.text(min_size=1, max_size=40)}
+        ),
     }
 
 
@@ -536,7 +546,7 @@ BASES: dict[str, dict[str, Any]] = {
 ENGINE_FIELDS = (
     "messages", "prompt", "n", "max_tokens", "temperature", "top_p", "seed", "stop",
     "logit_bias", "logprobs", "top_logprobs", "echo", "response_format", "top_k", "min_p",
-    "repetition_penalty",
+    "repetition_penalty", "prediction",
 )  # fmt: skip
 
 

@@ -89,9 +89,10 @@ def chat_spec(
     options = sampling_options(body, body.token_limit(), json_schema, body.logprob_count())
     tools = chat_tools(body) if turn is None or turn.template_tools else ()
     limit_field = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
-    return RequestSpec.of_turns(
+    spec = RequestSpec.of_turns(
         "chat", body.model, messages, options, routing, move_after, limit_field, tools
     )
+    return replace(spec, prediction=body.prediction.text() if body.prediction else None)
 
 
 def chat_tools(body: ChatCompletionRequest) -> tuple[dict[str, Any], ...]:

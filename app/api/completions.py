@@ -71,4 +71,5 @@ def completion_spec(
         routing_text="\n".join(prompt for prompt in prompts if isinstance(prompt, str)),
         choice=routing,
         move_after=move_after,
+        prediction=body.prediction.text() if body.prediction else None,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from app.drafting.confidence import ConfidenceCalibration
 from app.drafting.length_rule import (
@@ -31,6 +32,10 @@ MEASURE_DRAFTING_AFTER_STEPS = 50
 # A request that asked for a fixed length is assumed to accept this share per position
 # until its own drafts say otherwise (it only weighs in the batch's expected tokens).
 FIXED_LENGTH_PRIOR = 0.5
+# Where a request's drafts come from: its drafter's guesses (n-gram, suffix trees, a draft
+# model), or the client's prediction of the answer (app/drafting/prediction_drafts.py). Each
+# source's acceptance is learned apart: a prediction that lands says nothing of the trees.
+Source = Literal["drafter", "prediction"]
 
 
 @dataclass(frozen=True)
@@ -52,12 +57,13 @@ class Offer:
     # of each token, not by whether the token is its argmax, so its confidence is calibrated
     # apart from greedy requests'.
     sampled: bool = False
+    source: Source = "drafter"
 
 
 class DraftPlanner:
     def __init__(self, step_prior: StepCostPrior, fixed_step_cost: bool = False) -> None:
         self.step_cost = StepCost(step_prior, fixed_step_cost)
-        self._acceptance: dict[str, AcceptanceEstimate] = {}
+        self._acceptance: dict[tuple[str, Source], AcceptanceEstimate] = {}
         # The same drafter probability lands far less often for a sampled request than for
         # a greedy one: calibrated in one table, creative prompts at temperature 1 drafted on
         # the greedy requests' record and lost 40-70 % to never drafting (issue 40).
@@ -69,10 +75,11 @@ class DraftPlanner:
         """Each offer's draft length for a step of `sequences` sequences (offers or not)."""
         candidates = []
         for offer in offers:
-            estimate = self._acceptance.get(offer.request_id)
+            key = (offer.request_id, offer.source)
+            estimate = self._acceptance.get(key)
             if estimate is None:
                 prior = FIXED_LENGTH_PRIOR if offer.prior is None else offer.prior
-                estimate = self._acceptance[offer.request_id] = AcceptanceEstimate(prior)
+                estimate = self._acceptance[key] = AcceptanceEstimate(prior)
             positions = None
             if offer.confidence:
                 offered = offer.confidence[: offer.available]
@@ -109,24 +116,29 @@ class DraftPlanner:
         confidence: Sequence[float] | None = None,
         match_length: int = 0,
         sampled: bool = False,
-    ) -> None:
+        source: Source = "drafter",
+    ) -> int:
         """A step's outcome for one request: every draft proposed for it (verified or held
         back) against the tokens the step produced, with the drafter's confidence in each
-        and the length of the match they came from."""
+        and the length of the match they came from. Returns how many of the drafts the step
+        produced."""
         found = evidence(drafts, produced)
-        if found is not None:
-            self.observe_outcome(request_id, *found)
-            if confidence:
-                self.calibration_for(sampled).observe(confidence, *found, match_length)
+        if found is None:
+            return 0
+        self.observe_outcome(request_id, *found, source=source)
+        if confidence:
+            self.calibration_for(sampled).observe(confidence, *found, match_length)
+        return found[0]
 
-    def observe_outcome(self, request_id: str, hits: int, missed: bool) -> None:
+    def observe_outcome(
+        self, request_id: str, hits: int, missed: bool, source: Source = "drafter"
+    ) -> None:
         """A step's outcome for one request known only by count: `hits` verified drafts
         landed, then one missed or not (async scheduling: the proposals stay in the worker)."""
-        estimate = self._acceptance.get(request_id)
+        estimate = self._acceptance.get((request_id, source))
         if estimate is not None:
             estimate.observe(hits, missed)
 
     def forget_all_but(self, live: Collection[str]) -> None:
-        if len(self._acceptance) > len(live):
-            for request_id in [r for r in self._acceptance if r not in live]:
-                del self._acceptance[request_id]
+        for key in [key for key in self._acceptance if key[0] not in live]:
+            del self._acceptance[key]

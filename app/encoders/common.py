@@ -9,7 +9,15 @@ from pydantic import BaseModel
 
 from app.engine.generation import ChoiceDelta, FinishReason
 from app.request_run import ChoiceResult, Run
-from app.schemas.common import RouteInfo, RouteSegment, SpeculativeUsage, Usage
+from app.schemas.common import (
+    CompletionTokensDetails,
+    RequestMetrics,
+    RouteInfo,
+    RouteSegment,
+    SpeculativeDecodingMetrics,
+    SpeculativeUsage,
+    Usage,
+)
 from app.vocabulary import SpecDecodeStats
 
 
@@ -61,10 +69,17 @@ def _usage_of(spec: SpecDecodeStats | None) -> SpeculativeUsage | None:
 
 
 def usage(run: Run) -> Usage:
+    prediction = run.prediction
     return Usage(
         prompt_tokens=run.prompt_tokens,
         completion_tokens=run.completion_tokens,
         total_tokens=run.prompt_tokens + run.completion_tokens,
+        completion_tokens_details=None
+        if prediction is None
+        else CompletionTokensDetails(
+            accepted_prediction_tokens=prediction.accepted,
+            rejected_prediction_tokens=prediction.rejected,
+        ),
         speculative_decoding=speculative_usage(run),
     )
 
@@ -76,7 +91,27 @@ def id_fields(run: Run, model: str) -> dict[str, Any]:
 
 def closing_fields(run: Run) -> dict[str, Any]:
     """The fields a whole response, or a stream's last chunk, ends with."""
-    return {"usage": usage(run), "specgate": route_info(run)}
+    return {"usage": usage(run), "specgate": route_info(run), "metrics": request_metrics(run)}
+
+
+def request_metrics(run: Run) -> RequestMetrics | None:
+    """vLLM's per-request speculation figures, as vLLM gives them: single-choice requests
+    that an engine reporting them (its K and acceptance histogram) drafted for."""
+    spec = run.speculative_stats
+    if spec is None or not spec.spec_tokens or len(run.choices) != 1:
+        return None
+    steps = sum(spec.acceptance_histogram)
+    return RequestMetrics(
+        speculative_decoding=SpeculativeDecodingMetrics(
+            mean_acceptance_length=1 + spec.accepted_tokens / steps if steps else 1.0,
+            draft_acceptance_rate=spec.acceptance_rate,
+            acceptance_histogram=list(spec.acceptance_histogram),
+            num_spec_steps=steps,
+            num_accepted_draft_tokens=spec.accepted_tokens,
+            num_draft_tokens=spec.draft_tokens,
+            num_spec_tokens=spec.spec_tokens,
+        )
+    )
 
 
 def route_info(run: Run) -> RouteInfo:

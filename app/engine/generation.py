@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.vocabulary import ChatMessage, SpecDecodeStats
+from app.vocabulary import ChatMessage, PredictionCounts, SpecDecodeStats
 
 FinishReason = Literal["stop", "length", "abort"]
 
@@ -61,6 +61,9 @@ class GenerationRequest:
     # The class the gateway's policy gave it (a balancer over replicas keeps one tenant's
     # class together; a replica learns acceptance by class); None: not classified.
     workload_class: str | None = None
+    # The client's prediction of the answer (OpenAI's Predicted Outputs): a draft source for
+    # this request alone where the engine drafts.
+    prediction: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,8 @@ class ChoiceDelta:
     finish_reason: FinishReason | None = None
     # Set on the final delta of a choice served by a speculative engine.
     draft_stats: SpecDecodeStats | None = None
+    # Set on the final delta of a choice whose request brought a prediction.
+    prediction: PredictionCounts | None = None
     # One entry per new token, when the request asked for logprobs.
     logprobs: tuple[TokenLogprob, ...] | None = None
     # On the first delta of each choice of an echo request.

@@ -60,6 +60,8 @@ class RequestFeatures:
     temperature: float
     top_p: float
     max_tokens: int | None
+    # The client sent its prediction of the answer (OpenAI's Predicted Outputs).
+    predicted: bool = False
 
 
 def extract_features(
@@ -69,6 +71,7 @@ def extract_features(
     temperature: float | None = None,
     top_p: float | None = None,
     max_tokens: int | None = None,
+    predicted: bool = False,
 ) -> RequestFeatures:
     tail = prompt_text[-WINDOW_CHARS:]
     if len(prompt_text) > 2 * INSTRUCTION_CHARS:
@@ -90,6 +93,7 @@ def extract_features(
         temperature=1.0 if temperature is None else temperature,
         top_p=1.0 if top_p is None else top_p,
         max_tokens=max_tokens,
+        predicted=predicted,
     )
 
 

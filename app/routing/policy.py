@@ -32,6 +32,7 @@ Basis = Literal[
     "acceptance",
     "learned",
     "adaptive",
+    "prediction",
     "explore",
     "fallback",
 ]
@@ -173,6 +174,12 @@ class RoutePolicy:
         pinned = self.rules.pins.get(workload)
         if pinned is not None:
             return RouteDecision(pinned, workload, "pinned", f"pinned: {workload} -> {pinned}")
+        if features.predicted:
+            # The client knows the answer's text: the engine's rule prices each step's drafts
+            # from it by what they land, so a wrong prediction costs little.
+            return RouteDecision(
+                "speculative", workload, "prediction", "prediction: the client predicted the answer"
+            )
         decision = replace(self._measured(workload, features, load, running), load=load)
         # The adaptive engine explores by itself: drafts it leaves out are still checked.
         explore = self.rules.exploration and decision.basis != "adaptive"

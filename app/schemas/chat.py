@@ -11,8 +11,10 @@ from app.schemas.common import (
     FieldError,
     MaxTokensField,
     RequestBase,
+    RequestMetrics,
     RouteInfo,
     Text,
+    TextPart,
     Usage,
     is_none,
 )
@@ -60,11 +62,6 @@ class ToolCallIn(BaseModel):
     function: FunctionCall
 
 
-class TextPart(BaseModel):
-    type: Literal["text"]
-    text: Text
-
-
 class ChatMessageIn(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: Text | list[TextPart] | None = None
@@ -92,7 +89,7 @@ class ChatMessageIn(BaseModel):
 
 
 class ChatCompletionRequest(RequestBase):
-    unsupported_fields: ClassVar[tuple[str, ...]] = ("audio", "prediction")
+    unsupported_fields: ClassVar[tuple[str, ...]] = ("audio",)
 
     messages: list[ChatMessageIn] = Field(min_length=1)
     max_tokens: int | None = MaxTokensField
@@ -214,6 +211,8 @@ class ChatCompletion(BaseModel):
     choices: list[ChatChoice]
     usage: Usage
     specgate: RouteInfo
+    # vLLM's extension: on a whole response and a stream's usage chunk, where drafting served.
+    metrics: RequestMetrics | None = Field(default=None, exclude_if=is_none)
 
 
 class FunctionCallDelta(BaseModel):
@@ -254,3 +253,5 @@ class ChatCompletionChunk(BaseModel):
     usage: Usage | None = None
     # On the last content chunk and the usage chunk only.
     specgate: RouteInfo | None = Field(default=None, exclude_if=is_none)
+    # vLLM's extension: on a whole response and a stream's usage chunk, where drafting served.
+    metrics: RequestMetrics | None = Field(default=None, exclude_if=is_none)

@@ -5,7 +5,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 # Shared field definitions, so both endpoints validate sampling the same way.
 MaxTokensField = Field(None, ge=1, description="Upper bound on generated tokens.")
@@ -86,6 +94,42 @@ class ResponseFormat(BaseModel):
         return self
 
 
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: Text
+
+
+class PredictionContent(BaseModel):
+    """OpenAI's Predicted Outputs: text the answer will mostly be (a file to regenerate with a
+    small change). Drafts for its own request where the engine drafts; the answer is the
+    model's either way."""
+
+    type: Literal["content"]
+    content: Text | list[TextPart]
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+def _prediction(value: object) -> PredictionContent | None:
+    # Every fault in the field is reported as OpenAI reports it: param "prediction".
+    if value is None:
+        return None
+    try:
+        prediction = PredictionContent.model_validate(value)
+    except ValidationError as exc:
+        problem = exc.errors()[0].get("msg", "is malformed")
+        raise FieldError(
+            "prediction",
+            f'must be {{"type": "content", "content": text or text parts}} ({problem})',
+        ) from None
+    if not prediction.text():
+        raise FieldError("prediction", "content must not be empty")
+    return prediction
+
+
 class RequestBase(BaseModel):
     """Fields and checks common to chat and completion requests."""
 
@@ -131,11 +175,19 @@ class RequestBase(BaseModel):
     )
     # OpenAI's chat field; on completions a vLLM extension, honoured the same way.
     response_format: ResponseFormat | None = None
+    # OpenAI's chat field (Predicted Outputs); on completions a specgate extension, the same.
+    prediction: Annotated[PredictionContent | None, BeforeValidator(_prediction)] = Field(
+        None,
+        description="Text the answer will mostly be: drafts for this request where the engine "
+        "drafts (usage.completion_tokens_details says how much of it landed).",
+    )
 
     @model_validator(mode="after")
     def _check_common(self) -> RequestBase:
         if self.stream_options is not None and not self.stream:
             raise FieldError("stream_options", "is only allowed when stream is true")
+        if self.prediction is not None and self.n > 1:
+            raise FieldError("n", "greater than 1 is not supported with prediction")
         # How many stop strings a request may hold is the server's setting (the gateway checks
         # it): OpenAI allows 4, vLLM any number, and lm-eval sends 5 for some tasks.
         stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
@@ -187,15 +239,50 @@ class SpeculativeUsage(BaseModel):
     )
 
 
+class CompletionTokensDetails(BaseModel):
+    """OpenAI's breakdown of the completion's tokens; sent when the request brought a
+    prediction. Counting rule (docs/api.md): a prediction token is accepted when the engine
+    drafted it from the prediction and the answer produced it at that place; every other
+    token of the prediction is rejected."""
+
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
+    reasoning_tokens: int = 0
+    audio_tokens: int = 0
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    completion_tokens_details: CompletionTokensDetails | None = Field(None, exclude_if=is_none)
     speculative_decoding: SpeculativeUsage | None = Field(
         None,
         description="specgate extension: present when the speculative engine served.",
         exclude_if=is_none,
     )
+
+
+class SpeculativeDecodingMetrics(BaseModel):
+    """vLLM 0.32's per-request speculation figures (`metrics.speculative_decoding`, its
+    SpeculativeDecodingMetrics), for clients that read vLLM's (AIPerf's per-request columns)."""
+
+    mean_acceptance_length: float = Field(description="Tokens per verify step, bonus included.")
+    draft_acceptance_rate: float
+    acceptance_histogram: list[int] = Field(
+        description="Element j: verify steps that accepted exactly j drafts (0..K)."
+    )
+    num_spec_steps: int
+    num_accepted_draft_tokens: int
+    num_draft_tokens: int
+    num_spec_tokens: int = Field(description="The engine's K.")
+
+
+class RequestMetrics(BaseModel):
+    """vLLM's per-request `metrics` object: its speculation figures, on a response a drafting
+    engine served (single-choice requests; on a stream, the usage chunk), as vLLM sends it."""
+
+    speculative_decoding: SpeculativeDecodingMetrics | None = Field(None, exclude_if=is_none)
 
 
 class RouteSegment(BaseModel):

@@ -10,6 +10,7 @@ from app.schemas.common import (
     MAX_LOGPROBS,
     FieldError,
     RequestBase,
+    RequestMetrics,
     RouteInfo,
     Text,
     Usage,
@@ -40,6 +41,10 @@ class CompletionRequest(RequestBase):
         prompts = self.prompts()
         if not prompts or any(not prompt for prompt in prompts):
             raise FieldError("prompt", "must not be empty")
+        if self.prediction is not None and len(prompts) > 1:
+            raise FieldError(
+                "prediction", f"predicts one answer; this request has {len(prompts)} prompts"
+            )
         return self
 
     def prompts(self) -> list[str | list[int]]:
@@ -76,3 +81,5 @@ class Completion(BaseModel):
     usage: Usage | None = None
     # Always on a whole response; on a stream's last content chunk and usage chunk only.
     specgate: RouteInfo | None = Field(default=None, exclude_if=is_none)
+    # vLLM's extension: on a whole response and a stream's usage chunk, where drafting served.
+    metrics: RequestMetrics | None = Field(default=None, exclude_if=is_none)

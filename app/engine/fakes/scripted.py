@@ -40,7 +40,7 @@ from app.errors import (
     EngineUnavailableError,
     InvalidRequestError,
 )
-from app.vocabulary import Refusal, Route, SpecDecodeStats
+from app.vocabulary import PredictionCounts, Refusal, Route, SpecDecodeStats
 
 FAIL_MIDSTREAM = "<fail-midstream>"
 
@@ -210,9 +210,19 @@ class FakeEngine(StopsOnExit):
             new_tokens=1,
             finish_reason=finish,
             draft_stats=self._spec(request, position + 1) if finish is not None else None,
+            prediction=self._prediction(request, position + 1) if finish is not None else None,
             logprobs=logprobs,
             echo=echo,
         )
+
+    def _prediction(self, request: GenerationRequest, tokens: int) -> PredictionCounts | None:
+        if request.prediction is None:
+            return None
+        words = len(request.prediction.split())
+        if self.route != "speculative" or request.draft_length == 0:
+            return PredictionCounts(words)  # a request that never drafts lands nothing
+        # Pretend the prediction's words land, up to the answer's length.
+        return PredictionCounts(words, min(words, tokens))
 
     def _answer_limit(self, options: SamplingOptions, prompt_tokens: int) -> int:
         """The most tokens the answer may have: max_tokens, else what the context leaves."""
@@ -228,7 +238,13 @@ class FakeEngine(StopsOnExit):
         if self.route != "speculative":
             return None
         # Pretend every other draft token was accepted.
-        return SpecDecodeStats(drafts=tokens, draft_tokens=2 * tokens, accepted_tokens=tokens)
+        return SpecDecodeStats(
+            drafts=tokens,
+            draft_tokens=2 * tokens,
+            accepted_tokens=tokens,
+            acceptance_histogram=(0, tokens, 0),  # K = 2, one landing each step
+            spec_tokens=2,
+        )
 
     def servable(self, options: SamplingOptions, draft_length: int | None = None) -> Refusal | None:
         # As vLLM: the speculative engine cannot apply some sampling fields while drafting.

@@ -207,4 +207,6 @@ def _spec_stats(metrics: object) -> SpecDecodeStats | None:
         drafts=int(spec.get("num_spec_steps", 0)),
         draft_tokens=int(spec.get("num_draft_tokens", 0)),
         accepted_tokens=int(spec.get("num_accepted_draft_tokens", 0)),
+        acceptance_histogram=tuple(int(c) for c in spec.get("acceptance_histogram") or ()),
+        spec_tokens=int(spec.get("num_spec_tokens", 0)),
     )

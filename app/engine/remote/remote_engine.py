@@ -118,6 +118,13 @@ class RemoteEngine(StopsOnExit):
                 f"{refused.names}: {refused.why} (the {self.route} route)",
                 param=refused.fields[0],
             )
+        if request.prediction is not None:
+            # vLLM's server would drop the field without a word (it ignores unknown fields).
+            raise InvalidRequestError(
+                f"prediction is not supported by remote upstreams (the {self.route} route): "
+                "vLLM's server takes no prediction; send the request without it",
+                param="prediction",
+            )
         tried: list[Upstream] = []
         error: SpecgateError | None = None
         while len(tried) < self._attempts:

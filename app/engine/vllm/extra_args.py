@@ -21,6 +21,17 @@ STEP_COST_KEY = "specgate_step_cost"
 # additional_config.
 TENANT_KEY = "specgate_tenant"
 CACHE_TOKENS_KEY = "specgate_suffix_cache_tokens"
+# A client's prediction of the answer (OpenAI's Predicted Outputs), as token ids, in its
+# extra_args: the worker drafts from it for that request alone
+# (app/drafting/prediction_drafts.py).
+PREDICTION_KEY = "specgate_prediction"
+# On vLLM's DraftTokenIds from the worker: per request, whether its draft came from its
+# prediction (a bool).
+PREDICTED_ATTRIBUTE = "specgate_predicted"
+# On a finished request's output (vLLM's kv_transfer_params, the one dict the engine core
+# hands the client with a request's last output): how many of the prediction's drafted
+# tokens the answer produced.
+PREDICTION_ACCEPTED_KEY = "specgate_prediction_accepted"
 # On vLLM's DraftTokenIds from the worker: per request, the drafter's probability for each
 # draft token and the length of the match the draft came from (a list and an int), or None.
 CONFIDENCE_ATTRIBUTE = "specgate_confidence"
@@ -37,3 +48,9 @@ def acceptance_prior(extra_args: dict[str, Any] | None) -> float | None:
     """The request's acceptance prior, in [0, 1): it asks for a length re-chosen each step."""
     value = extra_args.get(ACCEPTANCE_PRIOR_KEY) if extra_args else None
     return None if value is None else min(max(float(value), 0.0), 0.99)
+
+
+def prediction(extra_args: dict[str, Any] | None) -> list[int] | None:
+    """The request's predicted answer as token ids, if it brought one."""
+    value = extra_args.get(PREDICTION_KEY) if extra_args else None
+    return list(value) if value else None

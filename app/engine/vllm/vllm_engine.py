@@ -50,10 +50,12 @@ from app.engine.vllm.extra_args import (
     ACCEPTANCE_PRIOR_KEY,
     CACHE_TOKENS_KEY,
     DRAFT_LENGTH_KEY,
+    PREDICTION_KEY,
     STEP_COST_KEY,
     TENANT_KEY,
 )
 from app.engine.vllm.model_runner import RunnerFacts, pinned_runner, runner_of
+from app.engine.vllm.prediction_tally import PredictionTally
 from app.errors import (
     ContextLengthError,
     EngineFailureError,
@@ -184,9 +186,14 @@ class VllmEngine(StopsOnExit):
         self._check_context(len(prompt_ids), options.max_tokens)
         self._check_logit_bias(options.logit_bias)
         self._check_servable(options, request.draft_length)
+        predicted = self._prediction_token_ids(request.prediction, len(prompt_ids))
         params = self._sampling_params(options)
         if self.per_request_draft_length:
-            params.extra_args = draft_args(request)
+            params.extra_args = draft_args(request, predicted)
+        tally = None
+        if predicted is not None:
+            drafts = PREDICTION_KEY in (params.extra_args or {})
+            tally = PredictionTally(predicted, drafts_from_it=drafts)
         stream = self._running().generate(
             {"prompt_token_ids": prompt_ids}, params, request_id=request.request_id
         )
@@ -197,6 +204,10 @@ class VllmEngine(StopsOnExit):
             async for output in stream:
                 step_prompt_ids = tuple(prompt_ids) if first else None
                 choices = [self._choice_delta(choice, options, first) for choice in output.outputs]
+                if tally is not None:
+                    tally.see(output)
+                    if output.finished:
+                        choices = [replace(c, prediction=tally.counts(output)) for c in choices]
                 first = False
                 if options.echo:
                     # The prompt's logprobs come once, on the request's first output.
@@ -392,6 +403,22 @@ class VllmEngine(StopsOnExit):
             return options
         return replace(options, max_tokens=min(options.default_max_tokens, left))
 
+    def _prediction_token_ids(self, prediction: str | None, prompt_tokens: int) -> list[int] | None:
+        """The prediction as the answer would be tokenised; it counts against the context
+        (an answer cannot be longer than what the context leaves)."""
+        if prediction is None:
+            return None
+        tokens = list(self._tokenizer.encode(prediction, add_special_tokens=False))
+        room = self.max_model_len - prompt_tokens
+        if len(tokens) > room:
+            raise InvalidRequestError(
+                f"The prediction is {len(tokens)} tokens; the context leaves {room} after the "
+                f"prompt's {prompt_tokens} (this model's maximum context length is "
+                f"{self.max_model_len} tokens).",
+                param="prediction",
+            )
+        return tokens
+
     def _check_context(self, prompt_tokens: int, max_tokens: int | None) -> None:
         wanted = prompt_tokens + (max_tokens or 1)
         if wanted > self.max_model_len:
@@ -416,9 +443,13 @@ class VllmEngine(StopsOnExit):
             raise InvalidRequestError(str(exc), param=getattr(exc, "parameter", None)) from exc
 
 
-def draft_args(request: GenerationRequest) -> dict[str, Any] | None:
-    """What the speculative engine's scheduler reads of a request's drafting."""
+def draft_args(
+    request: GenerationRequest, predicted: list[int] | None = None
+) -> dict[str, Any] | None:
+    """What the speculative engine's scheduler and worker read of a request's drafting."""
     args: dict[str, Any] = {}
+    if predicted and request.draft_length != 0:
+        args[PREDICTION_KEY] = predicted
     if request.draft_length is not None:
         args[DRAFT_LENGTH_KEY] = request.draft_length
     if request.acceptance_prior is not None:
@@ -445,6 +476,8 @@ def _spec_stats(metrics: RequestSpecDecodeMetrics | None) -> SpecDecodeStats | N
         draft_tokens=metrics.num_draft_tokens,
         accepted_tokens=sum(accepted * count for accepted, count in enumerate(metrics.histogram)),
         draft_lengths=tuple(lengths) if metrics.per_step_drafted else (),
+        acceptance_histogram=tuple(metrics.histogram),
+        spec_tokens=metrics.num_spec_tokens,
     )
 
 

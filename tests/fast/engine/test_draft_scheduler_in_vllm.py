@@ -21,7 +21,12 @@ from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
 from app.engine.vllm.engine_config import launch_config
-from app.engine.vllm.extra_args import ACCEPTANCE_PRIOR_KEY, DRAFT_LENGTH_KEY
+from app.engine.vllm.extra_args import (
+    ACCEPTANCE_PRIOR_KEY,
+    DRAFT_LENGTH_KEY,
+    PREDICTED_ATTRIBUTE,
+    PREDICTION_ACCEPTED_KEY,
+)
 from app.engine.vllm.vllm_engine import engine_args
 from app.settings import Settings
 from tests.tiny_llama import tiny_llama_folder
@@ -144,3 +149,47 @@ def test_adaptive_requests_draft_more_where_drafts_land(
         step(made, output, accepted=K, copying="copying")  # the copy's drafts all land
     assert lengths["fresh"][-1] < lengths["fresh"][0], lengths
     assert lengths["fresh"][-1] < lengths["copying"][-1], lengths
+
+
+def test_a_prediction_s_landed_drafts_are_counted_and_handed_out_when_it_finishes(
+    model_folder: Path,
+) -> None:
+    made = scheduler(model_folder, async_scheduling=False)
+    limit = 14
+    params = SamplingParams(max_tokens=limit, extra_args={ACCEPTANCE_PRIOR_KEY: 0.5})
+    made.add_request(Request("predicting", list(range(1, 21)), params, None))
+    add(made, "guessing", **{ACCEPTANCE_PRIOR_KEY: 0.5})
+    kept = 0  # the predicting request's tokens that came from its drafts, within max_tokens
+    handed_out: dict[str, Any] = {}
+    output = made.schedule()
+    for _ in range(40):
+        ids = list(output.num_scheduled_tokens)
+        sampled = []
+        for i in ids:
+            drafts = list(output.scheduled_spec_decode_tokens.get(i, ()))
+            if i == "predicting":  # every verified draft lands; its own token is not the next
+                room = limit - made.requests[i].num_output_tokens
+                kept += min(len(drafts), room)
+                sampled.append([*drafts, 7])
+            else:
+                sampled.append([99])  # the drafter's guesses never land
+        runner = ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={i: n for n, i in enumerate(ids)},
+            sampled_token_ids=sampled,
+        )
+        for outputs in made.update_from_output(output, runner).values():
+            for finished in outputs.outputs:
+                if finished.finish_reason is not None:
+                    handed_out[finished.request_id] = finished.kv_transfer_params
+        live = [i for i in ids if i in made.requests]
+        proposals = [list(PROPOSAL) for _ in live]
+        drafts = DraftTokenIds(live, proposals)
+        setattr(drafts, PREDICTED_ATTRIBUTE, [i == "predicting" for i in live])
+        made.update_draft_token_ids(drafts)
+        if "predicting" in handed_out:
+            break
+        output = made.schedule()
+    assert kept > 0
+    assert handed_out["predicting"] == {PREDICTION_ACCEPTED_KEY: kept}
+    assert "predicting" not in made._prediction_accepted  # forgotten with the request

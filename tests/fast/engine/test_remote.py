@@ -243,3 +243,14 @@ async def test_a_stream_cut_short_without_an_error_is_a_failure(
     with pytest.raises(EngineFailureError, match="early"):
         await collect(engine)
     assert engine.upstream_status()[a.base_url] != "ok"
+
+
+async def test_a_prediction_is_refused_by_name_and_never_sent(make_engine: EngineFactory) -> None:
+    upstream = FakeUpstream("a")
+    engine = await make_engine(upstream)
+    predicted = GenerationRequest("req", "a b", SamplingOptions(), prediction="one two three")
+    with pytest.raises(InvalidRequestError) as refused:
+        await collect(engine, predicted)
+    assert refused.value.param == "prediction"
+    assert "remote upstreams" in refused.value.message
+    assert upstream.bodies == []  # vLLM's server would have dropped it without a word

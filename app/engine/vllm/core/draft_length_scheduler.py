@@ -34,10 +34,12 @@ from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 
-from app.drafting.draft_plan import DraftPlanner, Offer
+from app.drafting.draft_plan import DraftPlanner, Offer, Source
 from app.drafting.length_rule import CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior
 from app.engine.vllm.extra_args import (
     CONFIDENCE_ATTRIBUTE,
+    PREDICTED_ATTRIBUTE,
+    PREDICTION_ACCEPTED_KEY,
     STEP_COST_KEY,
     Confidence,
     acceptance_prior,
@@ -49,6 +51,9 @@ logger = logging.getLogger("vllm.specgate.scheduler")
 
 # How often the engine core logs its learned step-cost line (steps).
 STEP_COST_LOG_EVERY = 500
+# A request's drafts from its own prediction are assumed to land this share per position until
+# they say otherwise: the client wrote the prediction as the answer it expects.
+PREDICTION_PRIOR = 0.9
 # A file to append every step's shape and time to, as JSON lines (for profiling).
 STEP_TRACE = os.environ.get("SPECGATE_STEP_TRACE")
 
@@ -77,7 +82,10 @@ class DraftLengthScheduler(Scheduler):
         self.planner = platform_planner(vllm_config.additional_config)
         # Per request, every token proposed for the coming step, verified or held back, and
         # the drafter's confidence in each (and its match's length) where it gives one.
-        self._proposed: dict[str, tuple[list[int], Confidence | None, bool]] = {}
+        self._proposed: dict[str, tuple[list[int], Confidence | None, bool, Source]] = {}
+        # Per request that drafted from its prediction: how many of those drafts its answer
+        # produced (OpenAI's accepted_prediction_tokens), handed out when it finishes.
+        self._prediction_accepted: dict[str, int] = {}
         self._step_started: tuple[float, int, int, bool] | None = None
         self._trace: dict[str, float] = {}
 
@@ -135,15 +143,34 @@ class DraftLengthScheduler(Scheduler):
     def _learn_acceptance(self, model_runner_output: ModelRunnerOutput) -> None:
         sampled = model_runner_output.sampled_token_ids
         index = model_runner_output.req_id_to_index
-        for request_id, (proposed, confidence, samples) in self._proposed.items():
+        for request_id, (proposed, confidence, samples, source) in self._proposed.items():
             position = index.get(request_id)
             if position is not None and position < len(sampled):
                 produced = list(sampled[position])
                 probabilities, match = confidence if confidence else (None, 0)
-                self.planner.observe_drafts(
-                    request_id, proposed, produced, probabilities, match, samples
+                hits = self.planner.observe_drafts(
+                    request_id, proposed, produced, probabilities, match, samples, source
                 )
+                if source == "prediction":
+                    landed = self._prediction_accepted.get(request_id, 0)
+                    self._prediction_accepted[request_id] = landed + self._kept(request_id, hits)
         self._proposed = {}
+
+    def _kept(self, request_id: str, tokens: int) -> int:
+        """Of a step's first `tokens` tokens, those within the request's max_tokens (the
+        step may produce more than the request keeps)."""
+        request = self.requests.get(request_id)
+        if request is None:
+            return 0
+        return max(0, min(tokens, request.max_tokens - request.num_output_tokens))
+
+    def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        kv_transfer_params, *rest = super()._free_request(request, *args, **kwargs)
+        landed = self._prediction_accepted.pop(request.request_id, None)
+        if landed is not None:
+            # The one dict vLLM carries from the engine core to a request's last output.
+            kv_transfer_params = {**(kv_transfer_params or {}), PREDICTION_ACCEPTED_KEY: landed}
+        return (kv_transfer_params, *rest)
 
     def update_draft_token_ids(self, draft_token_ids: DraftTokenIds) -> None:
         k = self.num_spec_tokens
@@ -151,6 +178,7 @@ class DraftLengthScheduler(Scheduler):
         # A suffix drafter's per-token probabilities ride along
         # (app/engine/vllm/worker/drafting_patches.py).
         confidences = getattr(draft_token_ids, CONFIDENCE_ATTRIBUTE, None)
+        predicted = getattr(draft_token_ids, PREDICTED_ATTRIBUTE, None)
         chosen: list[tuple[int, list[int]]] = []
         offers: list[Offer] = []
         for i, request_id in enumerate(draft_token_ids.req_ids):
@@ -161,14 +189,25 @@ class DraftLengthScheduler(Scheduler):
             offered = proposals[i][: draft_limit(extra_args, k)]
             confidence: Confidence | None = confidences[i] if confidences else None
             samples = is_sampled(request.sampling_params)
+            source: Source = "prediction" if predicted and predicted[i] else "drafter"
             if proposals[i] and not request.is_prefill_chunk:
-                self._proposed[request_id] = (list(proposals[i]), confidence, samples)
+                self._proposed[request_id] = (list(proposals[i]), confidence, samples, source)
             chosen.append((i, offered))
             # The planner reads the probabilities of the tokens on offer only.
             probabilities, match = confidence or ((), 0)
             prior = acceptance_prior(extra_args)
+            if source == "prediction" and prior is not None:
+                prior = PREDICTION_PRIOR
             offers.append(
-                Offer(request_id, len(offered), prior, tuple(probabilities) or None, match, samples)
+                Offer(
+                    request_id,
+                    len(offered),
+                    prior,
+                    tuple(probabilities) or None,
+                    match,
+                    samples,
+                    source,
+                )
             )
         lengths = self.planner.lengths(offers, len(self.running))
         for (i, offered), length in zip(chosen, lengths, strict=True):

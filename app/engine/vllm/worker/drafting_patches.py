@@ -11,6 +11,8 @@ process only. Each passes through on an engine that does not draft.
   the tree of earlier answers per tenant (app/engine/vllm/worker/suffix_drafter.py), and the
   drafts the worker hands the scheduler carry the drafter's probability for each token, which the
   length rule prices positions by (app/drafting/confidence.py).
+- A request that brought a prediction of its answer drafts from it where it proposes
+  anything (app/engine/vllm/worker/prediction_drafter.py), on n-gram and suffix engines.
 - A step in which no request has drafts samples as a plain engine does. vLLM 0.32 sends
   every step of a speculative engine through its rejection sampler, which for such a step
   only adds work (a profile of length-0 requests put it at about 3 % of their time), and
@@ -38,7 +40,8 @@ from vllm.v1.sample.logits_processor import BUILTIN_LOGITS_PROCESSORS, LogitsPro
 from vllm.v1.worker import gpu_model_runner
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-from app.engine.vllm.extra_args import CONFIDENCE_ATTRIBUTE, draft_limit
+from app.engine.vllm.extra_args import CONFIDENCE_ATTRIBUTE, PREDICTED_ATTRIBUTE, draft_limit
+from app.engine.vllm.worker.prediction_drafter import predictions_of
 
 _sample = GPUModelRunner._sample
 
@@ -62,16 +65,21 @@ def _propose_within_limits(
     config = self.speculative_config
     if config is not None and config.method == "suffix":
         _keep_trees_per_tenant(self)
-    if config is None or config.method != "ngram" or not isinstance(sampled_token_ids, list):
+    if config is None or not isinstance(sampled_token_ids, list):
         return _propose(self, scheduler_output, sampled_token_ids, *args, **kwargs)
-    k = self.num_spec_tokens
-    offered = list(sampled_token_ids)  # vLLM returns the original in the step's output
-    for i, request_id in enumerate(self.input_batch.req_ids[: len(offered)]):
-        state = self.requests.get(request_id)
-        params = state.sampling_params if state is not None else None
-        if params is not None and draft_limit(params.extra_args, k) == 0:
-            offered[i] = []  # the ngram proposer skips requests that sampled nothing
-    return _propose(self, scheduler_output, offered, *args, **kwargs)
+    offered = sampled_token_ids
+    if config.method == "ngram":
+        k = self.num_spec_tokens
+        offered = list(sampled_token_ids)  # vLLM returns the original in the step's output
+        for i, request_id in enumerate(self.input_batch.req_ids[: len(offered)]):
+            state = self.requests.get(request_id)
+            params = state.sampling_params if state is not None else None
+            if params is not None and draft_limit(params.extra_args, k) == 0:
+                offered[i] = []  # the ngram proposer skips requests that sampled nothing
+    drafts = _propose(self, scheduler_output, offered, *args, **kwargs)
+    if isinstance(drafts, list):
+        predictions_of(self).replace_drafts(self, sampled_token_ids, drafts)
+    return drafts
 
 
 def _keep_trees_per_tenant(runner: GPUModelRunner) -> None:
@@ -89,11 +97,19 @@ def _take_draft_token_ids_with_confidence(self: GPUModelRunner) -> Any:
     drafts = _take_draft_token_ids(self)
     if drafts is None:
         return None
-    # Only specgate's suffix drafter keeps the last step's confidence (suffix_drafter.py).
+    predicted = predictions_of(self).predicted
+    # Only specgate's suffix drafter keeps the last step's confidence (suffix_drafter.py);
+    # it says nothing of a draft that came from the request's prediction.
     confidence = getattr(getattr(self, "drafter", None), "confidence", None)
+    # Pickled with the object to the engine core, where the scheduler reads them.
     if isinstance(confidence, dict):
-        # Pickled with the object to the engine core, where the scheduler reads it.
-        setattr(drafts, CONFIDENCE_ATTRIBUTE, [confidence.get(r) for r in drafts.req_ids])
+        setattr(
+            drafts,
+            CONFIDENCE_ATTRIBUTE,
+            [None if r in predicted else confidence.get(r) for r in drafts.req_ids],
+        )
+    if predicted:
+        setattr(drafts, PREDICTED_ATTRIBUTE, [r in predicted for r in drafts.req_ids])
     return drafts
 
 
