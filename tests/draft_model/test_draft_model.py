@@ -33,7 +33,9 @@ def draft_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
             "--kv-cache-memory-bytes", str(256 * 1024 * 1024),
             "--max-model-len", "2048",
             "--routing-exploration", "0",
-            "--engine-layout", "two",
+            # One engine for both routes, as the default: `off` is draft length 0 on the
+            # draft model's engine (the two-engine layout: make gpu-check on a GPU host).
+            "--engine-layout", "one",
         ],
         tmp_path_factory.mktemp("draft-server") / "specgate.log",
     )  # fmt: skip
