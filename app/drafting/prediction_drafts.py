@@ -41,11 +41,15 @@ class PredictionDrafts:
         # The prediction's furthest point the answer has reached: a new placement prefers
         # what lies beyond it (answers move forward through a file).
         self._reached = 0
+        # The last proposal carried on from the one before (the answer produced what the
+        # prediction said), rather than a new placement found by search.
+        self.followed = False
 
     def propose(self, output: Sequence[int], most: int) -> list[int]:
         """Up to `most` tokens the prediction says come next after `output` (the answer's
         tokens so far); empty where the answer does not stand anywhere in the prediction."""
         cursor = self._follow(output)
+        self.followed = cursor is not None
         if cursor is None:
             cursor = self._place(output)
         self._cursor, self._output_length = cursor, len(output)

@@ -175,10 +175,16 @@ class RoutePolicy:
         if pinned is not None:
             return RouteDecision(pinned, workload, "pinned", f"pinned: {workload} -> {pinned}")
         if features.predicted:
-            # The client knows the answer's text: the engine's rule prices each step's drafts
-            # from it by what they land, so a wrong prediction costs little.
+            # The client knows the answer's text. In one engine the rule prices each step's
+            # drafts from it by what they land (so a wrong prediction costs little), as it
+            # prices the class's other drafts from its prior.
+            prior = self.learner.acceptance_prior(workload) if self.adaptive else None
             return RouteDecision(
-                "speculative", workload, "prediction", "prediction: the client predicted the answer"
+                "speculative",
+                workload,
+                "prediction",
+                "prediction: the client predicted the answer",
+                acceptance_prior=prior,
             )
         decision = replace(self._measured(workload, features, load, running), load=load)
         # The adaptive engine explores by itself: drafts it leaves out are still checked.

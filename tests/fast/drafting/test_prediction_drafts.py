@@ -75,3 +75,11 @@ def test_wrong_text_never_drafts_and_a_missed_step_costs_nothing() -> None:
     drafts.propose(PREDICTION[:5], 4)
     # Ten tokens later, without a call between (the hint is stale, the output still right).
     assert drafts.propose(PREDICTION[:15], 4) == PREDICTION[15:19]
+
+
+def test_it_says_whether_a_draft_followed_or_was_found_again() -> None:
+    drafts = PredictionDrafts(PREDICTION)
+    drafts.propose(PREDICTION[:3], 4)
+    assert drafts.followed
+    drafts.propose([*PREDICTION[:3], 1, *PREDICTION[20:24]], 4)
+    assert not drafts.followed

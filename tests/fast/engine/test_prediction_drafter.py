@@ -76,3 +76,20 @@ def test_requests_that_leave_are_forgotten_and_a_draft_stops_at_the_context() ->
     book.replace_drafts(made, [[1]], drafts)
     assert drafts == [PREDICTION[5:7]]  # nothing past the context, even as evidence
     assert set(book._drafts) == {"b"}
+
+
+def test_a_placement_found_again_waits_a_step_behind_the_drafters_guess() -> None:
+    predicting = {PREDICTION_KEY: PREDICTION}
+    answer = [7, 7, *PREDICTION[10:16]]  # its own start, then the prediction from token 10
+    book = RequestPredictions()
+    drafts = [[50, 51]]
+    book.replace_drafts(runner({"r": (answer, predicting)}), [[1]], drafts)
+    assert drafts == [[50, 51]] and book.predicted == set()  # found by search: a guess
+    drafts = [[50, 51]]
+    book.replace_drafts(runner({"r": ([*answer, PREDICTION[16]], predicting)}), [[1]], drafts)
+    assert drafts == [PREDICTION[17:26]] and book.predicted == {"r"}  # followed: it leads
+    drafts = [[]]
+    book.replace_drafts(
+        runner({"r": ([*answer, 3, *PREDICTION[20:24]], predicting)}), [[1]], drafts
+    )
+    assert drafts == [PREDICTION[24:33]]  # the drafter has nothing: the placement drafts

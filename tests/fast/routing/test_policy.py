@@ -308,3 +308,16 @@ def test_one_answer_to_what_a_drafting_engine_serves() -> None:
     decision = dispatcher.decide(ClientChoice("auto"), JSON_TASK, sampled)
     assert (decision.route, decision.basis) == ("plain", "unsupported")
     assert dispatcher.decide(ClientChoice("off"), JSON_TASK, sampled).route == "plain"
+
+
+def test_a_prediction_goes_where_it_drafts_and_in_one_engine_is_priced_each_step() -> None:
+    poem = extract_features("Write a surreal poem about a clock.", temperature=1.2, predicted=True)
+    learner = Learner()
+    rules = RoutingRules(max_speculative_temperature=1.0, min_acceptance=0.2)
+    two = RoutePolicy(rules, learner, random.Random(0)).decide("auto", poem)
+    assert (two.route, two.basis, two.acceptance_prior) == ("speculative", "prediction", None)
+    one = RoutePolicy(rules, learner, random.Random(0), adaptive=True).decide("auto", poem)
+    assert (one.route, one.basis) == ("speculative", "prediction")
+    # The engine re-chooses its length every step, as for any request of its class.
+    assert one.acceptance_prior == learner.acceptance_prior(classify(poem))
+    assert RoutePolicy(rules, learner, random.Random(0)).decide("off", poem).route == "plain"

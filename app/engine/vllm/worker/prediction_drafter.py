@@ -2,10 +2,11 @@
 
 A request that brought a prediction (OpenAI's Predicted Outputs; its token ids under
 `PREDICTION_KEY` in its extra_args) drafts from it for as long as the answer follows it
-(app/drafting/prediction_drafts.py); at a step where the prediction proposes nothing (the
-answer has left it, or is not yet in it), the engine's drafter's proposal (n-gram, suffix
-trees) stands. A prediction is the client's: it drafts for its own request only and is never
-added to a tree of earlier answers.
+(app/drafting/prediction_drafts.py). At a step where the prediction proposes nothing (the
+answer has left it, or is not yet in it), or only a placement found by search after the
+answer left it, the engine's drafter's proposal (n-gram, suffix trees) stands where it has
+one. A prediction is the client's: it drafts for its own request only and is never added to a
+tree of earlier answers.
 
 The drafts are bounded by the request's limit and the engine's K, plus one token the scheduler
 never verifies but holds as evidence (app/engine/vllm/core/draft_length_scheduler.py), and
@@ -59,7 +60,10 @@ class RequestPredictions:
                 continue
             output = batch.token_ids_cpu[row, int(batch.num_prompt_tokens[row]) : length]
             draft = drafter.propose(output.tolist(), room)
-            if draft:
+            # A placement found by search after the answer left the prediction is a guess:
+            # the drafter's own proposal leads that step, and the prediction takes over once
+            # the answer follows it again (the next step, when the placement was right).
+            if draft and (drafter.followed or not drafts[row]):
                 drafts[row] = draft
                 self.predicted.add(request_id)
         live = batch.req_id_to_index
