@@ -7,8 +7,9 @@ Three kinds, each from fixed seeds (the tune split's and the report split's seed
   them as JSON; the prediction is what the model answered last time, for the records before
   one value changed (`previous_prompt`; bench/edit_traffic.py asks a server of its own for
   it, so no arm's trees hold it). n-gram and suffix trees over the prompt cannot propose it.
-- `wrong`: the prompt of `file`, with unrelated text of about the same length as the
-  prediction.
+- `wrong`: a prompt made as `file`'s (the same shapes, files of its own seeds), with
+  unrelated text as the prediction: another shape's file, twice over, cut to the file's
+  length (shorter where twice another file is shorter still).
 
 Files are code (Python functions), configuration (YAML) or prose, about 150-250 tokens.
 """
