@@ -1,7 +1,8 @@
 """Predicted Outputs on the real engine (one engine, suffix drafting), with the real `openai`
 SDK's `prediction=` argument: answers are token for token those without a prediction, a
 right prediction is verified many tokens a step, and the usage figures follow the counting
-rule (docs/api.md) on a prediction that is half right."""
+rule (docs/api.md) on a prediction that is half right. Every request names a cache_salt of
+its own: the keys' own trees are test_tenants.py's, which compares what they draft."""
 
 from __future__ import annotations
 
@@ -130,13 +131,18 @@ def test_a_streamed_completion_with_a_prediction_is_the_unpredicted_one(
     client = client_for(server, KEYS[0])
     prompt = "def fibonacci(n):\n"
     common: dict[str, Any] = {"model": MODEL, "prompt": prompt, "max_tokens": 48, "temperature": 0}
-    plain = client.completions.create(**common, extra_headers={"X-Speculative": "off"})
+    plain = client.completions.create(
+        **common, extra_headers={"X-Speculative": "off"}, extra_body={"cache_salt": "streamed-off"}
+    )
     text = plain.choices[0].text
     stream = client.completions.create(
         **common,
         stream=True,
         stream_options={"include_usage": True},
-        extra_body={"prediction": {"type": "content", "content": text}},
+        extra_body={
+            "prediction": {"type": "content", "content": text},
+            "cache_salt": "streamed-on",
+        },
     )
     chunks = list(stream)
     assert "".join(c.choices[0].text for c in chunks if c.choices) == text
@@ -151,9 +157,10 @@ def test_the_sdk_s_prediction_argument_and_its_usage_details(server: ServerProce
     client = client_for(server, KEYS[0])
     plain = client.chat.completions.create(
         model=MODEL,
-        messages=CODE,
+        messages=CODE,  # type: ignore[arg-type]
         max_tokens=32,
-        temperature=0,  # type: ignore[arg-type]
+        temperature=0,
+        extra_body={"cache_salt": "sdk-plain"},
     )
     text = plain.choices[0].message.content or ""
     predicted = client.chat.completions.create(
@@ -162,6 +169,7 @@ def test_the_sdk_s_prediction_argument_and_its_usage_details(server: ServerProce
         max_tokens=32,
         temperature=0,
         prediction={"type": "content", "content": text},
+        extra_body={"cache_salt": "sdk-predicted"},
     )
     assert predicted.choices[0].message.content == text
     assert predicted.usage is not None and predicted.usage.completion_tokens_details is not None
