@@ -33,11 +33,9 @@ from openai import AsyncOpenAI
 
 from bench import repeats
 from bench.agent_sessions import KINDS, Session, sessions
-from bench.load_arms import ARM_TABLE, LoadArm, server_spec
+from bench.load_arms import ARM_TABLE, LoadArm, add_server_options, server_spec
 from bench.manifest import recorded_run
 from bench.servers import (
-    MODEL_DIR,
-    MODEL_NAME,
     ServerError,
     free_port,
     serve,
@@ -205,11 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated: the arms every other arm is compared with",
     )
     parser.add_argument("--out-dir", type=Path, default=None)
-    parser.add_argument("--model-name", default=MODEL_NAME)
-    parser.add_argument("--model-dir", type=Path, default=MODEL_DIR)
-    parser.add_argument("--vllm-args", default="", help="extra flags for vLLM's server")
-    parser.add_argument("--specgate-args", default="", help="extra flags for python -m app")
-    parser.add_argument("--startup-timeout", type=float, default=600.0, metavar="SECONDS")
+    add_server_options(parser)
     return parser
 
 

@@ -30,13 +30,11 @@ from typing import Any
 
 from openai import AsyncOpenAI
 
-from app.embedded_model import MODEL_NAME
 from bench import repeats
 from bench.edit_files import KINDS, EditRequest, requests
-from bench.load_arms import ARM_TABLE, LoadArm, server_spec
+from bench.load_arms import ARM_TABLE, LoadArm, add_server_options, server_spec
 from bench.manifest import recorded_run
 from bench.servers import (
-    MODEL_DIR,
     ServerError,
     free_port,
     serve,
@@ -257,11 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--levels", default="1,2,4,8", help="requests in flight, comma-separated")
     parser.add_argument("--repeats", type=int, default=1, metavar="R")
     parser.add_argument("--out-dir", type=Path, default=None)
-    parser.add_argument("--model-name", default=MODEL_NAME)
-    parser.add_argument("--model-dir", type=Path, default=MODEL_DIR)
-    parser.add_argument("--vllm-args", default="", help="extra flags for vLLM's server")
-    parser.add_argument("--specgate-args", default="", help="extra flags for python -m app")
-    parser.add_argument("--startup-timeout", type=float, default=600.0, metavar="SECONDS")
+    add_server_options(parser)
     return parser
 
 

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from app.drafters import NGRAM
+from app.embedded_model import MODEL_NAME
 from bench.servers import (
+    MODEL_DIR,
     REPO,
     ServerSpec,
     module_spec,
@@ -182,6 +184,16 @@ ARM_SETS = {
     "ray-routers": RAY_ROUTER_ARMS,
     "envoy-balancers": ENVOY_BALANCER_ARMS,
 }
+
+
+def add_server_options(parser: argparse.ArgumentParser) -> None:
+    """The options `server_spec` reads, and how long a server may take to start, for an entry
+    point whose arms come from this table (agent_traffic, edit_traffic)."""
+    parser.add_argument("--model-name", default=MODEL_NAME)
+    parser.add_argument("--model-dir", type=Path, default=MODEL_DIR)
+    parser.add_argument("--vllm-args", default="", help="extra flags for vLLM's server")
+    parser.add_argument("--specgate-args", default="", help="extra flags for python -m app")
+    parser.add_argument("--startup-timeout", type=float, default=600.0, metavar="SECONDS")
 
 
 def server_spec(arm: LoadArm, args: argparse.Namespace, log_dir: Path | None = None) -> ServerSpec:
