@@ -246,8 +246,8 @@ class Run:
             if stats is not None:
                 self.draft_stats = stats if before is None else before + stats
             if delta.prediction is not None:
-                landed = self.prediction
-                self.prediction = delta.prediction if landed is None else landed + delta.prediction
+                # One final delta: a request with a prediction has one choice and never moves.
+                self.prediction = delta.prediction
         if self._replay is not None and self.finished:
             # Settled now, not at close: the stream's last chunk reports it before the close.
             self._replay.finish()

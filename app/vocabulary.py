@@ -73,10 +73,6 @@ class PredictionCounts:
         """The prediction's tokens that did not land (OpenAI: still billed as output)."""
         return max(self.tokens - self.accepted, 0)
 
-    def __add__(self, other: PredictionCounts) -> PredictionCounts:
-        # Two parts of one answer (a request moved between engines): one prediction.
-        return PredictionCounts(max(self.tokens, other.tokens), self.accepted + other.accepted)
-
 
 @dataclass(frozen=True)
 class Refusal:

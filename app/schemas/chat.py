@@ -17,6 +17,7 @@ from app.schemas.common import (
     TextPart,
     Usage,
     is_none,
+    joined_text,
 )
 
 # OpenAI's rule for function names.
@@ -81,11 +82,7 @@ class ChatMessageIn(BaseModel):
         return self
 
     def text(self) -> str:
-        if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text for part in self.content)
+        return joined_text(self.content)
 
 
 class ChatCompletionRequest(RequestBase):

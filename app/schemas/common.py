@@ -99,6 +99,15 @@ class TextPart(BaseModel):
     text: Text
 
 
+def joined_text(content: str | list[TextPart] | None) -> str:
+    """Content given as a string or as text parts, as one string ("" for none)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.text for part in content)
+
+
 class PredictionContent(BaseModel):
     """OpenAI's Predicted Outputs: text the answer will mostly be (a file to regenerate with a
     small change). Drafts for its own request where the engine drafts; the answer is the
@@ -108,9 +117,7 @@ class PredictionContent(BaseModel):
     content: Text | list[TextPart]
 
     def text(self) -> str:
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text for part in self.content)
+        return joined_text(self.content)
 
 
 def _prediction(value: object) -> PredictionContent | None:
