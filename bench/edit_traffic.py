@@ -6,10 +6,12 @@ in flight, each arm a fresh server.
     python -m bench.edit_traffic --split tune --levels 1,8      # tuning
 
 An arm is a server arm of bench/load_arms.py, or one with `+prediction`: the same server, the
-client sending each request's prediction. Each kind at each level sends the split's requests of
-that kind (at least as many as the level) with at most that many in flight, greedy, ending
-where the model ends (up to the request's bound). Greedy answers are the same on every arm
-(each arm's results say how many tokens it wrote, to check).
+client sending each request's prediction; or with `+oracle`: the client sending the answer
+itself (the greedy answer a server of its own gave), the bound no prediction can beat.
+Each kind at each level sends the split's requests of that kind (at least as many as the
+level) with at most that many in flight, greedy, ending where the model ends (up to the
+request's bound). Greedy answers are the same on every arm (each arm's results say how many
+tokens it wrote, to check).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from bench.servers import (
 logger = logging.getLogger("bench.edit_traffic")
 
 PREDICTED = "+prediction"
+ORACLE = "+oracle"
 DEFAULT_ARMS = f"vllm-plain-all,vllm-k5-all,vllm-suffix-all,auto-one,auto-one{PREDICTED}"
 VLLM_ARMS = ("vllm-plain-all", "vllm-k5-all", "vllm-suffix-all")
 
@@ -65,16 +68,29 @@ class Answer:
         return self.seconds * 1000 / max(self.tokens, 1)
 
 
+def base_arm(name: str) -> str:
+    return name.removesuffix(PREDICTED).removesuffix(ORACLE)
+
+
+def sent_prediction(name: str, request: EditRequest) -> str | None:
+    """What the arm's client sends as the request's prediction, if anything."""
+    if name.endswith(PREDICTED):
+        return request.prediction
+    if name.endswith(ORACLE):
+        return request.answer
+    return None
+
+
 async def ask(
-    client: AsyncOpenAI, request: EditRequest, predicted: bool, model: str
+    client: AsyncOpenAI, request: EditRequest, prediction: str | None, model: str
 ) -> tuple[float, int, int | None]:
     extra: dict[str, Any] = {}
-    if predicted:
-        extra["prediction"] = {"type": "content", "content": request.prediction}
+    if prediction is not None:
+        extra["prediction"] = {"type": "content", "content": prediction}
     started = time.perf_counter()
     completion = await client.chat.completions.create(
         model=model,
-        messages=[{"role": "user", "content": request.prompt}],
+        messages=list(request.messages),  # type: ignore[arg-type]  # plain dicts of the SDK's shape
         max_tokens=request.max_tokens,
         temperature=0,
         extra_body=extra or None,
@@ -82,7 +98,7 @@ async def ask(
     seconds = time.perf_counter() - started
     usage = completion.usage
     details = usage.completion_tokens_details if usage else None
-    landed = details.accepted_prediction_tokens if details and predicted else None
+    landed = details.accepted_prediction_tokens if details and prediction is not None else None
     return seconds, usage.completion_tokens if usage else 0, landed
 
 
@@ -93,13 +109,12 @@ async def run_arm(
     await client.chat.completions.create(  # the server's first answer pays for lazy set-up
         model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0
     )
-    predicted = name.endswith(PREDICTED)
     answers: list[Answer] = []
     for kind in KINDS:
         mine = [r for r in plan if r.kind == kind]
         for level in levels:
             batch = (mine * level)[: max(level, 2)]
-            answers += await at_most(client, name, batch, level, predicted, model)
+            answers += await at_most(client, name, batch, level, model)
     await client.close()
     return answers
 
@@ -109,7 +124,6 @@ async def at_most(
     name: str,
     batch: Sequence[EditRequest],
     level: int,
-    predicted: bool,
     model: str,
 ) -> list[Answer]:
     """The batch's answers, with at most `level` requests in flight."""
@@ -117,26 +131,36 @@ async def at_most(
 
     async def one(request: EditRequest) -> Answer:
         async with gate:
-            seconds, tokens, landed = await ask(client, request, predicted, model)
+            prediction = sent_prediction(name, request)
+            seconds, tokens, landed = await ask(client, request, prediction, model)
         return Answer(name, 0, request.kind, level, request.seed, seconds, tokens, landed)
 
     return list(await asyncio.gather(*(one(r) for r in batch)))
 
 
-async def kept_answers(base_url: str, plan: Sequence[EditRequest], model: str) -> list[EditRequest]:
+async def kept_answers(
+    base_url: str, plan: Sequence[EditRequest], model: str, oracle: bool
+) -> list[EditRequest]:
     """The plan with each `cache` request's prediction set to what the model answered, greedy,
-    for the records before the change: what a client kept from last time."""
+    for the records before the change: what a client kept from last time; and, for an oracle
+    arm, each request's own greedy answer."""
     client = AsyncOpenAI(base_url=f"{base_url}/v1", api_key="bench", max_retries=0, timeout=900)
+
+    async def greedy(messages: list[Any], max_tokens: int) -> str:
+        completion = await client.chat.completions.create(
+            model=model, messages=messages, max_tokens=max_tokens, temperature=0
+        )
+        return completion.choices[0].message.content or ""
+
     kept = []
     for request in plan:
         if request.previous_prompt is not None:
-            completion = await client.chat.completions.create(
-                model=model,
-                messages=[{"role": "user", "content": request.previous_prompt}],
-                max_tokens=request.max_tokens,
-                temperature=0,
+            asked = [{"role": "user", "content": request.previous_prompt}]
+            request = replace(request, prediction=await greedy(asked, request.max_tokens))
+        if oracle:
+            request = replace(
+                request, answer=await greedy(list(request.messages), request.max_tokens)
             )
-            request = replace(request, prediction=completion.choices[0].message.content or "")
         kept.append(request)
     await client.close()
     return kept
@@ -209,13 +233,13 @@ def ratios(answers: Sequence[Answer], arms: Sequence[str]) -> dict[str, Any]:
         vllm = [a for a in arms if a in VLLM_ARMS]
         fastest = min(vllm, key=lambda n: median_ms(answers, n, kind, level), default=None)
         for arm in arms:
-            if not arm.endswith(PREDICTED):
+            if base_arm(arm) == arm:
                 continue
             if fastest is not None:
                 found[f"{arm} / {fastest} | {kind} | {level}"] = paired(
                     answers, arm, fastest, kind, level
                 )
-            without = arm.removesuffix(PREDICTED)
+            without = base_arm(arm)
             if without in arms:
                 found[f"{arm} / {without} | {kind} | {level}"] = paired(
                     answers, arm, without, kind, level
@@ -266,8 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     table = {a.name: a for a in ARM_TABLE}
     names = [n.strip() for n in args.arms.split(",") if n.strip()]
-    if not names or any(n.removesuffix(PREDICTED) not in table for n in names):
-        raise SystemExit(f"--arms: from {', '.join(table)}, each optionally with {PREDICTED}")
+    if not names or any(base_arm(n) not in table for n in names):
+        raise SystemExit(
+            f"--arms: from {', '.join(table)}, each optionally with {PREDICTED} or {ORACLE}"
+        )
     levels = [int(level) for level in args.levels.split(",")]
     plan = requests(args.split)
     order = repeats.interleaved(names, args.repeats)
@@ -277,11 +303,12 @@ def main(argv: list[str] | None = None) -> int:
         # The client's cache, from a server of its own (no arm's trees hold those answers).
         keeper = replace(server_spec(table["never-one"], specs), name="cache-keeper")  # type: ignore[arg-type]
         with serve(keeper, free_port(), run.folder / "logs", args.startup_timeout) as srv:
-            plan = asyncio.run(kept_answers(srv.base_url, plan, args.model_name))
+            oracle = any(n.endswith(ORACLE) for n in names)
+            plan = asyncio.run(kept_answers(srv.base_url, plan, args.model_name, oracle))
         (run.folder / "requests.json").write_text(json.dumps([asdict(r) for r in plan], indent=1))
         answers: list[Answer] = []
         for repeat, name in order:
-            arm: LoadArm = table[name.removesuffix(PREDICTED)]
+            arm: LoadArm = table[base_arm(name)]
             spec = server_spec(arm, specs)  # type: ignore[arg-type]
             spec = replace(spec, name=f"{name}.r{repeat}")
             if arm.server == "specgate":

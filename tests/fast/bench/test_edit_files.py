@@ -20,6 +20,11 @@ def test_each_kind_s_prediction() -> None:
     for seed in range(100, 106):
         file = edit_request("file", seed)
         assert file.prompt.endswith(file.prediction)  # the file, as it was, is in the prompt
+        # The conversation opens with an earlier edit of a file of the same shape, answered
+        # whole; that file is none of the splits'.
+        earlier, answered, _ = file.messages
+        assert answered["role"] == "assistant" and answered["content"] not in file.prompt
+        assert earlier["content"].split("\n\n", 1)[0] != file.prompt.split("\n\n", 1)[0]
         wrong = edit_request("wrong", seed)
         assert wrong.shape == file.shape and wrong.prediction not in wrong.prompt
         text = wrong.prompt.split("\n\n", 1)[1]  # the file after the instruction
