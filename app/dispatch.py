@@ -39,6 +39,8 @@ from app.routing.policy import (
 )
 from app.served import ServedModel
 from app.switching import MoveContext, Mover, not_movable
+from app.tenants.access import Access
+from app.tenants.books import TenantBooks, TenantCharge, UsageFigures
 from app.vocabulary import Refusal, Route, other_route
 
 logger = logging.getLogger("specgate.requests")
@@ -70,14 +72,27 @@ class Dispatcher:
     log_requests: bool = False
     in_flight: InFlight = field(default_factory=InFlight)
     running: RunningBook = field(default_factory=lambda: RunningBook())
+    # Each key's limits, share of the engines (shared with the admissions) and usage.
+    tenants: TenantBooks = field(default_factory=TenantBooks)
 
     def __post_init__(self) -> None:
         self.feedback = Feedback(self.policy.learner)
+        # One device serves every route: one set of fair-share counters for all their queues.
+        for admission in self.admissions.values():
+            admission.fair_share = self.tenants.fair_share
 
     async def open(self, spec: RequestSpec) -> Run:
         """Decide the route, admit and start the request; returns once its first output is in."""
         self.model.check(spec.model)
         options = self._bounded(spec)
+        charge = self.tenants.open(spec.access or Access(), spec.prompts, options)
+        try:
+            return await self._open(spec, options, charge)
+        except BaseException:
+            self.tenants.never_ran(charge)  # nothing if its run started and ended
+            raise
+
+    async def _open(self, spec: RequestSpec, options: SamplingOptions, charge: TenantCharge) -> Run:
         features = extract_features(
             spec.routing_text,
             # Tool calls are JSON, whether constrained or written in the model's own format.
@@ -99,6 +114,7 @@ class Dispatcher:
             spec.tools,
             spec.tenant,
             spec.prediction,
+            charge,
         )
 
     def decide(
@@ -133,6 +149,7 @@ class Dispatcher:
         tools: tuple[dict[str, Any], ...] | None = None,
         tenant: str | None = None,
         prediction: str | None = None,
+        charge: TenantCharge | None = None,
     ) -> Run:
         """Submit one engine request per prompt; returns once the first output is in."""
         route = decision.route
@@ -140,12 +157,14 @@ class Dispatcher:
         if engine is None or not engine.is_alive():
             raise EngineUnavailableError(f"the {route} engine is not running")
         admission = self.admissions[route]
+        charge = charge or self.tenants.open(Access(), prompts, options)
         try:
-            await admission.enter()
+            await admission.enter(charge.access.tenant)
         except SpecgateError as exc:
             reason = "queue_timeout" if isinstance(exc, QueueTimeoutError) else "at_capacity"
             self.metrics.rejected.labels(route=route, reason=reason).inc()
             raise
+        self.tenants.admitted(charge)
         requests = [
             GenerationRequest(
                 request_id if len(prompts) == 1 else f"{request_id}-{i}",
@@ -176,6 +195,8 @@ class Dispatcher:
             self.running,
             self.metrics,
             self.feedback,
+            self.tenants,
+            charge,
             self.log_requests,
         )
         mover = self._mover(decision, requests, expected, move_after)
@@ -327,9 +348,14 @@ class Ticket:
     running: RunningBook
     metrics: GatewayMetrics
     feedback: Feedback
+    tenants: TenantBooks
+    charge: TenantCharge
     log_requests: bool = False
 
     def run_finished(self, report: RunReport) -> None:
+        # The tenant's books first: the freed slot goes to whoever is served least by then.
+        used = UsageFigures(report.prompt_tokens, report.completion_tokens, report.draft_stats)
+        self.tenants.finished(self.charge, used)
         self.admission.leave()
         self.running.remove(self.request_id)
         route = report.route

@@ -6,6 +6,8 @@
     ├── ModelNotFoundError        404 invalid_request_error, code model_not_found
     ├── NotFoundError             404 for unknown paths
     ├── OverloadedError           429 rate_limit_exceeded: the engine's queue is full
+    ├── RateLimitError            429, code rate_limit_exceeded: over a key's rate limit
+    ├── QuotaExceededError        429 insufficient_quota: a key's token budget is spent
     ├── EngineUnavailableError    503 service_unavailable: an engine is dead or shutting down
     │   └── QueueTimeoutError     503, code queue_timeout: waited too long for a slot
     └── EngineFailureError        500 server_error: the engine failed mid-request
@@ -15,6 +17,7 @@ Routes raise these; one handler (app.api.exception_handlers) turns them into res
 
 from __future__ import annotations
 
+from math import ceil
 from typing import Any
 
 
@@ -71,6 +74,37 @@ class OverloadedError(SpecgateError):
     # OpenAI's SDKs retry a 429 on their own, honouring Retry-After.
     error_type = "rate_limit_exceeded"
     default_code = "engine_at_capacity"
+
+
+class RateLimitError(SpecgateError):
+    """Over one of a key's limits; `kind` is OpenAI's error type: requests or tokens."""
+
+    status_code = 429
+    default_code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after: float | None, kind: str) -> None:
+        super().__init__(message, retry_after=None if retry_after is None else ceil(retry_after))
+        self.error_type = kind
+        self.retry_after_seconds = retry_after
+
+    def headers(self) -> dict[str, str]:
+        if self.retry_after_seconds is None:  # asks for more than the limit: retrying cannot help
+            return {"x-should-retry": "false"}
+        # OpenAI's SDKs read retry-after-ms first: the exact wait, not a whole second more.
+        milliseconds = str(max(1, ceil(self.retry_after_seconds * 1000)))
+        return {**super().headers(), "retry-after-ms": milliseconds}
+
+
+class QuotaExceededError(SpecgateError):
+    """A key's token budget for the day or month is spent. OpenAI's SDKs would retry a 429;
+    `x-should-retry: false` tells them not to, as waiting seconds will not help."""
+
+    status_code = 429
+    error_type = "insufficient_quota"
+    default_code = "insufficient_quota"
+
+    def headers(self) -> dict[str, str]:
+        return {"x-should-retry": "false"}
 
 
 class EngineUnavailableError(SpecgateError):

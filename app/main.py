@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -26,6 +27,7 @@ from app.routing.learner import Learner
 from app.routing.policy import DraftLengths, RoutePolicy, RoutingRules
 from app.served import ServedModel
 from app.settings import Settings
+from app.tenants.live_keys import LiveKeyRing
 from app.tools.auto_tools import AutoToolChoice, EnvelopeFormat, ModelFormat
 from app.vocabulary import Route
 
@@ -187,9 +189,13 @@ def create_app(
     """The app. Given `engines` (a fake, in tests), it uses them; otherwise `starter` (Ray
     Serve's replicas) or its own embedded and remote engines start with it."""
 
+    keys = LiveKeyRing(settings.api_key, settings.api_key_file)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            watching = asyncio.create_task(keys.watch())
+            stack.callback(watching.cancel)
             if engines is not None:
                 running = dict(engines)
             elif starter is not None:
@@ -217,9 +223,7 @@ def create_app(
     install_error_handlers(app)
     app.add_middleware(BodyGuard, max_body_bytes=settings.max_request_body_bytes)
     # Added last, so it runs first: strangers are refused before their body is read.
-    app.add_middleware(
-        ApiKeyGuard, keys=settings.api_keys(), protect_metrics=settings.metrics_need_key
-    )
+    app.add_middleware(ApiKeyGuard, keys=keys, protect_metrics=settings.metrics_need_key)
     for module in (chat, completions, responses, models, monitoring, routing_state, tokenize):
         app.include_router(module.router)
     return app

@@ -8,6 +8,7 @@ from typing import Any
 from app.engine.generation import Prompt, SamplingOptions
 from app.request_run import Endpoint
 from app.routing.policy import ClientChoice
+from app.tenants.access import Access
 from app.vocabulary import ChatMessage
 
 
@@ -30,6 +31,8 @@ class RequestSpec:
     tenant: str | None = None
     # The client's prediction of the answer (OpenAI's Predicted Outputs).
     prediction: str | None = None
+    # The client's key, and the rate-limit headers its response carries (None: an open server).
+    access: Access | None = None
 
     @classmethod
     def of_turns(

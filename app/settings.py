@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.drafters import default_draft_tokens, default_drafter
 from app.embedded_model import MODEL_NAME as EMBEDDED_MODEL_NAME
+from app.tenants.keys import KeyFileError, KeyRing, key_ring
 from app.vocabulary import Route
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "specgate"
@@ -373,10 +374,12 @@ class Settings(BaseSettings):
         description="Key clients must send on /v1/*; repeatable, or comma-separated",
         json_schema_extra=_cli("access", "KEY", unset="none, an open API"),
     )
-    # Blank lines and # comments are skipped.
+    # One key a line (blank lines and # comments skipped), or TOML [[key]] tables that give
+    # each key a name, a weight and limits (app/tenants/keys.py). Reloaded on SIGHUP and when
+    # it changes.
     api_key_file: Path | None = Field(
         None,
-        description="A file of keys, one per line",
+        description="A file of keys: one per line, or TOML [[key]] tables with limits",
         json_schema_extra=_cli("access", "PATH", unset="none"),
     )
     metrics_need_key: bool = Field(
@@ -583,9 +586,9 @@ class Settings(BaseSettings):
         self.engine_speculative_config()
         self._check_devices()
         try:
-            self.api_keys()
-        except OSError as exc:
-            raise ValueError(f"cannot read --api-key-file: {exc}") from exc
+            self.key_ring()
+        except KeyFileError as exc:
+            raise ValueError(f"--api-key-file: {exc}") from exc
         for route in ("speculative", "plain"):
             try:
                 self.upstream_api_key(route)
@@ -627,13 +630,9 @@ class Settings(BaseSettings):
         limit = self.max_prompts_per_request
         return admitted if limit is None else min(limit, admitted)
 
-    def api_keys(self) -> list[str]:
-        """Every accepted key: the flags' and the key file's."""
-        keys = list(self.api_key)
-        if self.api_key_file is not None:
-            lines = self.api_key_file.read_text().splitlines()
-            keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-        return keys
+    def key_ring(self) -> KeyRing:
+        """Every accepted key: the flags' and the key file's (app/tenants/keys.py)."""
+        return key_ring(self.api_key, self.api_key_file)
 
     @property
     def model_id(self) -> str:

@@ -13,6 +13,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Literal
 
+from app.tenants.access import Access
+
 TreeScope = Literal["tenant", "shared"]
 
 
@@ -26,6 +28,8 @@ class Tenancy:
 
     scope: TreeScope = "tenant"
     authorization: str | None = None
+    # The key the guard found, for its limits, fair share and usage (app/tenants/).
+    access: Access | None = None
 
     def tenant(self, cache_salt: str | None = None) -> str | None:
         """The request's tenant; None for the one tree that requests without a tenant share."""

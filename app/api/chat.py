@@ -59,7 +59,7 @@ async def create_chat_completion(
     functions, tools = chat_functions(body), chat_tools(body)
     turn = auto_turn(auto_tools, choice, messages, functions, tools, parallel_calls(body))
     spec = chat_spec(body, messages, mode, turn, routing, x_specgate_move_after)
-    spec = replace(spec, tenant=tenancy.tenant(body.cache_salt))
+    spec = replace(spec, tenant=tenancy.tenant(body.cache_salt), access=tenancy.access)
     return await respond(
         await dispatcher.open(spec),
         request,

@@ -44,7 +44,9 @@ async def create_completion(
 ) -> Response:
     """Create a text completion, streamed over SSE when `stream` is true."""
     spec = completion_spec(body, routing, x_specgate_move_after)
-    run = await dispatcher.open(replace(spec, tenant=tenancy.tenant(body.cache_salt)))
+    run = await dispatcher.open(
+        replace(spec, tenant=tenancy.tenant(body.cache_salt), access=tenancy.access)
+    )
     return await respond(
         run,
         request,

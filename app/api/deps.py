@@ -19,6 +19,7 @@ from app.routing.choice_header import HEADER, HEADER_PATTERN
 from app.routing.policy import ClientChoice
 from app.served import ServedModel
 from app.tenancy import Tenancy
+from app.tenants.access import STATE_NAME
 from app.tools.auto_tools import AutoToolChoice
 from app.vocabulary import Route
 
@@ -99,9 +100,11 @@ ClientChoiceDep = Annotated[ClientChoice, Depends(_client_choice)]
 
 def _tenancy(
     gateway: GatewayDep,
+    request: Request,
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Tenancy:
-    return Tenancy(gateway.suffix_tree_scope, authorization)
+    access = getattr(request.state, STATE_NAME, None)
+    return Tenancy(gateway.suffix_tree_scope, authorization, access)
 
 
 # Whose earlier answers the request may draft from; its body's cache_salt completes it.

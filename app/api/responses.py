@@ -68,7 +68,7 @@ async def create_response(
     choice = responses_choice(body)
     turn = auto_turn(auto_tools, choice, turns, functions, tools, parallel)
     spec = response_spec(body, turns, mode, turn, routing, x_specgate_move_after)
-    spec = replace(spec, tenant=tenancy.tenant(body.cache_salt))
+    spec = replace(spec, tenant=tenancy.tenant(body.cache_salt), access=tenancy.access)
     run = await dispatcher.open(spec)
     call_parser = turn.parser if turn is not None else None
 

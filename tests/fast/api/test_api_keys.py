@@ -74,9 +74,12 @@ def test_keys_come_from_flags_env_and_a_file(
     key_file = tmp_path / "keys"
     key_file.write_text("# team keys\nfile-1\n\n  file-2  \n")
     monkeypatch.setenv("SPECGATE_API_KEY", "env-1,env-2")
-    assert Settings().api_keys() == ["env-1", "env-2"]
-    settings = Settings(api_key=["flag-1"], api_key_file=key_file)
-    assert settings.api_keys() == ["flag-1", "file-1", "file-2"]
+    ring = Settings().key_ring()
+    assert len(ring.keys) == 2 and ring.find(b"env-1") and ring.find(b"env-2")
+    ring = Settings(api_key=["flag-1"], api_key_file=key_file).key_ring()
+    assert len(ring.keys) == 3
+    assert all(ring.find(key) for key in (b"flag-1", b"file-1", b"file-2"))
+    assert ring.find(b"# team keys") is None and ring.find(b"env-1") is None
 
 
 def test_an_unreadable_key_file_is_a_settings_error(tmp_path: Path) -> None:

@@ -1,0 +1,116 @@
+"""What the gateway keeps for its tenants around each run: its place under its key's limits,
+its share of the engine, and its usage.
+
+A request is granted before it is routed (`open`: a refusal costs nothing and routes
+nothing), charged its prompt when it is admitted to an engine (`admitted`), and settled when
+it ends (`finished`): the tokens it reserved and did not use go back to its key, its fair-share
+charge becomes what it really used, and its usage is recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.engine.generation import Prompt, SamplingOptions
+from app.errors import QuotaExceededError, RateLimitError
+from app.tenants.access import Access
+from app.tenants.fair_share import FairShare
+from app.tenants.rate_limits import Grant, RateLimiter
+from app.vocabulary import SpecDecodeStats
+
+# What a request without max_tokens reserves of its key's tokens per minute, per sequence,
+# until it ends and gives back what it did not use.
+UNBOUNDED_RESERVE = 1024
+# Characters per token, for estimating a prompt's tokens before the engine has them.
+CHARS_PER_TOKEN = 4
+
+
+def estimated_prompt_tokens(prompts: list[Prompt]) -> int:
+    total = 0
+    for prompt in prompts:
+        if isinstance(prompt, str):
+            total += len(prompt) // CHARS_PER_TOKEN + 1
+        elif prompt and isinstance(prompt[0], int):
+            total += len(prompt)
+        else:  # chat turns: their text, and a few tokens of template each
+            for turn in prompt:
+                content = turn.get("content") if isinstance(turn, dict) else None
+                total += len(str(content or "")) // CHARS_PER_TOKEN + 4
+    return total
+
+
+@dataclass
+class TenantCharge:
+    """One request's account with its tenant's books."""
+
+    access: Access
+    grant: Grant | None
+    prompt_estimate: int
+    charged: float = 0.0
+    # Ended (finished, or given back as never run): nothing more to settle.
+    settled: bool = False
+
+
+@dataclass
+class UsageFigures:
+    """What a finished run used, for its tenant's books."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    draft_stats: SpecDecodeStats | None
+
+    @property
+    def rejected_drafts(self) -> int:
+        stats = self.draft_stats
+        return 0 if stats is None else max(0, stats.draft_tokens - stats.accepted_tokens)
+
+
+class TenantBooks:
+    def __init__(self, limiter: RateLimiter | None = None, fair_share: FairShare | None = None):
+        self.limiter = limiter if limiter is not None else RateLimiter()
+        self.fair_share = fair_share if fair_share is not None else FairShare()
+
+    def open(self, access: Access, prompts: list[Prompt], options: SamplingOptions) -> TenantCharge:
+        """The request's charge; raises RateLimitError or QuotaExceededError when its key's
+        limits refuse it. Either way the response's rate-limit headers are set."""
+        estimate = estimated_prompt_tokens(prompts)
+        key = access.key
+        if key is None:
+            return TenantCharge(access, None, estimate)
+        sequences = len(prompts) * options.n
+        reserved = estimate + sequences * (options.max_tokens or UNBOUNDED_RESERVE)
+        try:
+            grant = self.limiter.take(key, reserved)
+        except (RateLimitError, QuotaExceededError):
+            access.headers = self.limiter.headers(key)
+            raise
+        access.headers = grant.headers
+        return TenantCharge(access, grant, estimate)
+
+    def admitted(self, charge: TenantCharge) -> None:
+        """The request has a slot: charge its prompt (an estimate until it ends)."""
+        charge.charged = self.fair_share.costs.prompt * charge.prompt_estimate
+        self.fair_share.charge(charge.access.tenant, charge.charged, charge.access.weight)
+
+    def never_ran(self, charge: TenantCharge) -> None:
+        """Refused or failed before it started: its key gets back all it took."""
+        if charge.settled:
+            return
+        charge.settled = True
+        if charge.grant is not None:
+            self.limiter.refund(charge.grant)
+        if charge.charged:
+            self.fair_share.charge(charge.access.tenant, -charge.charged, charge.access.weight)
+            charge.charged = 0.0
+
+    def finished(self, charge: TenantCharge, used: UsageFigures) -> None:
+        if charge.settled:
+            return
+        charge.settled = True
+        if charge.grant is not None:
+            self.limiter.release(charge.grant, used.prompt_tokens + used.completion_tokens)
+        cost = self.fair_share.costs.of(
+            used.prompt_tokens, used.completion_tokens, used.rejected_drafts
+        )
+        self.fair_share.charge(charge.access.tenant, cost - charge.charged, charge.access.weight)
+        charge.charged = cost
