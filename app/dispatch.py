@@ -85,7 +85,12 @@ class Dispatcher:
         """Decide the route, admit and start the request; returns once its first output is in."""
         self.model.check(spec.model)
         options = self._bounded(spec)
-        charge = self.tenants.open(spec.access or Access(), spec.prompts, options)
+        access = spec.access or Access()
+        try:
+            charge = self.tenants.open(access, spec.prompts, options)
+        except SpecgateError as exc:
+            self.metrics.key_refusals.labels(key=access.tenant, code=exc.code or "").inc()
+            raise
         try:
             return await self._open(spec, options, charge)
         except BaseException:
@@ -163,6 +168,9 @@ class Dispatcher:
         except SpecgateError as exc:
             reason = "queue_timeout" if isinstance(exc, QueueTimeoutError) else "at_capacity"
             self.metrics.rejected.labels(route=route, reason=reason).inc()
+            if exc.status_code == 429:
+                self.metrics.key_refusals.labels(key=charge.access.tenant, code=reason).inc()
+                self.tenants.refused(charge.access, exc.code or reason)
             raise
         self.tenants.admitted(charge)
         requests = [
@@ -352,10 +360,13 @@ class Ticket:
     charge: TenantCharge
     log_requests: bool = False
 
+    def run_completed(self, report: RunReport) -> None:
+        self.tenants.completed(self.charge, usage_figures(report))
+
     def run_finished(self, report: RunReport) -> None:
         # The tenant's books first: the freed slot goes to whoever is served least by then.
-        used = UsageFigures(report.prompt_tokens, report.completion_tokens, report.draft_stats)
-        self.tenants.finished(self.charge, used)
+        self.tenants.finished(self.charge, usage_figures(report))
+        self.metrics.record_key_usage(self.charge.access.tenant, report)
         self.admission.leave()
         self.running.remove(self.request_id)
         route = report.route
@@ -367,6 +378,16 @@ class Ticket:
                 "request %s %s: outputs %r", report.request_id, report.outcome, report.outputs
             )
         self.feedback.learn(report, others)
+
+
+def usage_figures(report: RunReport) -> UsageFigures:
+    return UsageFigures(
+        report.request_id,
+        report.outcome,
+        report.prompt_tokens,
+        report.completion_tokens,
+        report.draft_stats,
+    )
 
 
 @dataclass

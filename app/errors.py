@@ -3,6 +3,7 @@
     SpecgateError                 any error a client sees; carries status, type, param, code
     ├── InvalidRequestError       400 invalid_request_error: the request cannot be served as sent
     │   └── ContextLengthError    400, code context_length_exceeded
+    ├── PermissionDeniedError     403 invalid_request_error: an admin route, a key not admin
     ├── ModelNotFoundError        404 invalid_request_error, code model_not_found
     ├── NotFoundError             404 for unknown paths
     ├── OverloadedError           429 rate_limit_exceeded: the engine's queue is full
@@ -61,6 +62,12 @@ class ModelNotFoundError(SpecgateError):
     status_code = 404
     error_type = "invalid_request_error"
     default_code = "model_not_found"
+
+
+class PermissionDeniedError(SpecgateError):
+    status_code = 403
+    error_type = "invalid_request_error"
+    default_code = "insufficient_permissions"
 
 
 class NotFoundError(SpecgateError):

@@ -14,6 +14,7 @@ from app.response_store import ResponseStore
 from app.routing.policy import DraftLengths, RoutePolicy
 from app.served import ServedModel
 from app.tenancy import TreeScope
+from app.tenants.live_keys import LiveKeyRing
 from app.tools.auto_tools import AutoToolChoice
 from app.vocabulary import Route
 
@@ -38,3 +39,5 @@ class Gateway:
     tokenizing: TokenizerService | None = None
     # Stored responses of /v1/responses (previous_response_id, GET /v1/responses/{id}).
     responses: ResponseStore = field(default_factory=lambda: ResponseStore(1000))
+    # The API keys in force, for the admin routes (None: built without the app).
+    keys: LiveKeyRing | None = None

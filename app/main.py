@@ -10,7 +10,16 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import FastAPI
 
 from app.admission import Admission
-from app.api import chat, completions, models, monitoring, responses, routing_state, tokenize
+from app.api import (
+    chat,
+    completions,
+    models,
+    monitoring,
+    responses,
+    routing_state,
+    tokenize,
+    usage,
+)
 from app.api.api_keys import ApiKeyGuard
 from app.api.body_guard import BodyGuard
 from app.api.exception_handlers import install_error_handlers
@@ -27,7 +36,10 @@ from app.routing.learner import Learner
 from app.routing.policy import DraftLengths, RoutePolicy, RoutingRules
 from app.served import ServedModel
 from app.settings import Settings
+from app.tenants.books import TenantBooks
+from app.tenants.ledger import UsageLedger
 from app.tenants.live_keys import LiveKeyRing
+from app.tenants.rate_limits import RateLimiter
 from app.tools.auto_tools import AutoToolChoice, EnvelopeFormat, ModelFormat
 from app.vocabulary import Route
 
@@ -45,7 +57,12 @@ def build_route_policy(settings: Settings, adaptive: bool = False) -> RoutePolic
     return RoutePolicy(rules, Learner(), adaptive=adaptive)
 
 
-def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gateway:
+def build_gateway(
+    settings: Settings,
+    engines: Mapping[Route, Engine],
+    ledger: UsageLedger | None = None,
+    keys: LiveKeyRing | None = None,
+) -> Gateway:
     metrics = GatewayMetrics()
     admissions = {}
     for route, engine in engines.items():
@@ -79,6 +96,11 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         ngram=ngram_config(settings, engines),
         mid_stream=settings.routing_mid_stream == "on",
         log_requests=settings.log_requests,
+        tenants=TenantBooks(
+            RateLimiter(spent_before=ledger.spent if ledger is not None else None),
+            ledger=ledger,
+            model=settings.model_id,
+        ),
     )
     speculative = engines.get("speculative")
     return Gateway(
@@ -96,6 +118,7 @@ def build_gateway(settings: Settings, engines: Mapping[Route, Engine]) -> Gatewa
         auto_tools=auto_tool_choice(settings, engines),
         tokenizing=tokenizer_service(engines),
         responses=ResponseStore(settings.responses_store_size),
+        keys=keys,
     )
 
 
@@ -196,6 +219,10 @@ def create_app(
         async with AsyncExitStack() as stack:
             watching = asyncio.create_task(keys.watch())
             stack.callback(watching.cancel)
+            path = settings.ledger_path()
+            ledger = UsageLedger(path) if path is not None else None
+            if ledger is not None:
+                stack.callback(ledger.close)
             if engines is not None:
                 running = dict(engines)
             elif starter is not None:
@@ -204,7 +231,7 @@ def create_app(
                 from app.engine.start import start_engines
 
                 running = await start_engines(settings, stack)
-            app.state.gateway = build_gateway(settings, running)
+            app.state.gateway = build_gateway(settings, running, ledger, keys)
             try:
                 yield
             finally:
@@ -224,6 +251,15 @@ def create_app(
     app.add_middleware(BodyGuard, max_body_bytes=settings.max_request_body_bytes)
     # Added last, so it runs first: strangers are refused before their body is read.
     app.add_middleware(ApiKeyGuard, keys=keys, protect_metrics=settings.metrics_need_key)
-    for module in (chat, completions, responses, models, monitoring, routing_state, tokenize):
+    for module in (
+        chat,
+        completions,
+        responses,
+        models,
+        monitoring,
+        routing_state,
+        tokenize,
+        usage,
+    ):
         app.include_router(module.router)
     return app

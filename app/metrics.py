@@ -116,6 +116,25 @@ class GatewayMetrics:
             ["route", "workload_class", "endpoint", "outcome"],
             registry=r,
         )
+        # By the key's name from the key file (never the key; "" on an open server).
+        self.key_requests = Counter(
+            "specgate_key_requests",
+            "Requests served, by API key name and outcome.",
+            ["key", "outcome"],
+            registry=r,
+        )
+        self.key_tokens = Counter(
+            "specgate_key_tokens",
+            "Tokens by API key name and kind: prompt, completion, drafted, accepted.",
+            ["key", "kind"],
+            registry=r,
+        )
+        self.key_refusals = Counter(
+            "specgate_key_refusals",
+            "Requests refused with a 429, by API key name and code.",
+            ["key", "code"],
+            registry=r,
+        )
         self.latency = Histogram(
             "specgate_request_duration_seconds",
             "Time from routing to the last token, by route.",
@@ -270,6 +289,15 @@ class GatewayMetrics:
         self.completion_tokens.labels(route=route).inc(run.completion_tokens)
         if run.speculative_stats is not None:
             self._record_spec("speculative", workload, run.speculative_stats)
+
+    def record_key_usage(self, key: str, run: RunReport) -> None:
+        self.key_requests.labels(key=key, outcome=run.outcome).inc()
+        tokens = {"prompt": run.prompt_tokens, "completion": run.completion_tokens}
+        if run.draft_stats is not None:
+            tokens["drafted"] = run.draft_stats.draft_tokens
+            tokens["accepted"] = run.draft_stats.accepted_tokens
+        for kind, count in tokens.items():
+            self.key_tokens.labels(key=key, kind=kind).inc(count)
 
     def _record_spec(self, route: Route, workload: str, stats: SpecDecodeStats) -> None:
         self.spec_drafts.labels(route=route).inc(stats.drafts)

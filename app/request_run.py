@@ -68,6 +68,8 @@ class Run:
     # The task reading the steps, and why it was told to stop (see `cut`).
     _reader: asyncio.Task[object] | None = None
     _cut: SpecgateError | None = None
+    # Told its listener it completed (every choice has its finish reason).
+    _completed: bool = False
 
     @classmethod
     async def start(
@@ -251,3 +253,6 @@ class Run:
         if self._replay is not None and self.finished:
             # Settled now, not at close: the stream's last chunk reports it before the close.
             self._replay.finish()
+        if self.finished and not self._completed:
+            self._completed = True
+            self.listener.run_completed(self._report(time.monotonic()))

@@ -387,6 +387,18 @@ class Settings(BaseSettings):
         description="Require a key on /metrics too; /health stays open for probes",
         json_schema_extra=_cli("access"),
     )
+    # Every request's usage by key name and model, kept across restarts and crashes
+    # (app/tenants/ledger.py); it also seeds the keys' day and month budgets at start.
+    usage_ledger: bool = Field(
+        True,
+        description="Keep usage per key in a SQLite ledger (GET /v1/usage)",
+        json_schema_extra=_cli("access"),
+    )
+    usage_ledger_path: Path | None = Field(
+        None,
+        description="The usage ledger's SQLite file",
+        json_schema_extra=_cli("access", "PATH", unset="usage.sqlite3 in --cache-dir"),
+    )
 
     # -- remote pools (a route with upstreams runs no local engine) ------------------------------
     # OpenAI-compatible vLLM servers: comma-separated base URLs, with or without /v1
@@ -629,6 +641,12 @@ class Settings(BaseSettings):
         admitted = self.max_running_requests + self.max_queued_requests
         limit = self.max_prompts_per_request
         return admitted if limit is None else min(limit, admitted)
+
+    def ledger_path(self) -> Path | None:
+        """Where the usage ledger is kept; None: it is not."""
+        if not self.usage_ledger:
+            return None
+        return self.usage_ledger_path or self.cache_dir / "usage.sqlite3"
 
     def key_ring(self) -> KeyRing:
         """Every accepted key: the flags' and the key file's (app/tenants/keys.py)."""

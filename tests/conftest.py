@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import os
+import tempfile
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -38,6 +40,14 @@ TESTS = Path(__file__).parent
 # assertion or a dropped stream leaves for the garbage collector. The fast tier, which runs
 # specgate's own code in process, keeps every warning an error.
 CLIENT_LEAKS = pytest.mark.filterwarnings("ignore::ResourceWarning")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Every server the tests start (in process or not) keeps its usage ledger in the session's
+    # own folder, never in the user's cache; a test that reads a ledger names its own.
+    if "SPECGATE_USAGE_LEDGER_PATH" not in os.environ:
+        folder = Path(tempfile.mkdtemp(prefix="specgate-tests-"))
+        os.environ["SPECGATE_USAGE_LEDGER_PATH"] = str(folder / "usage.sqlite3")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -60,6 +60,11 @@ class RunReport:
 
 
 class RunListener(Protocol):
+    def run_completed(self, report: RunReport) -> None:
+        """Called once, when every choice has its finish reason, before the client is given
+        the output that completes it (the usage ledger keeps it then)."""
+        ...
+
     def run_finished(self, report: RunReport) -> None:
         """Called once, when the run is released (finished, aborted or failed)."""
         ...

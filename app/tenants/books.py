@@ -2,19 +2,23 @@
 its share of the engine, and its usage.
 
 A request is granted before it is routed (`open`: a refusal costs nothing and routes
-nothing), charged its prompt when it is admitted to an engine (`admitted`), and settled when
-it ends (`finished`): the tokens it reserved and did not use go back to its key, its fair-share
-charge becomes what it really used, and its usage is recorded.
+nothing), charged its prompt when it is admitted to an engine (`admitted`), its usage kept in
+the ledger when it completes (`completed`, before the client sees the end of it), and settled
+when it is released (`finished`): the tokens it reserved and did not use go back to its key,
+its fair-share charge becomes what it really used, and its usage is kept if it was not yet
+(an aborted or failed request).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from app.engine.generation import Prompt, SamplingOptions
 from app.errors import QuotaExceededError, RateLimitError
 from app.tenants.access import Access
 from app.tenants.fair_share import FairShare
+from app.tenants.ledger import UsageLedger, UsageRecord
 from app.tenants.rate_limits import Grant, RateLimiter
 from app.vocabulary import SpecDecodeStats
 
@@ -47,14 +51,18 @@ class TenantCharge:
     grant: Grant | None
     prompt_estimate: int
     charged: float = 0.0
+    # Its usage is in the ledger (or there is none).
+    recorded: bool = False
     # Ended (finished, or given back as never run): nothing more to settle.
     settled: bool = False
 
 
 @dataclass
 class UsageFigures:
-    """What a finished run used, for its tenant's books."""
+    """What a run used, for its tenant's books."""
 
+    request_id: str
+    outcome: str
     prompt_tokens: int
     completion_tokens: int
     draft_stats: SpecDecodeStats | None
@@ -66,9 +74,17 @@ class UsageFigures:
 
 
 class TenantBooks:
-    def __init__(self, limiter: RateLimiter | None = None, fair_share: FairShare | None = None):
+    def __init__(
+        self,
+        limiter: RateLimiter | None = None,
+        fair_share: FairShare | None = None,
+        ledger: UsageLedger | None = None,
+        model: str = "",
+    ):
         self.limiter = limiter if limiter is not None else RateLimiter()
         self.fair_share = fair_share if fair_share is not None else FairShare()
+        self.ledger = ledger
+        self.model = model
 
     def open(self, access: Access, prompts: list[Prompt], options: SamplingOptions) -> TenantCharge:
         """The request's charge; raises RateLimitError or QuotaExceededError when its key's
@@ -81,8 +97,9 @@ class TenantBooks:
         reserved = estimate + sequences * (options.max_tokens or UNBOUNDED_RESERVE)
         try:
             grant = self.limiter.take(key, reserved)
-        except (RateLimitError, QuotaExceededError):
+        except (RateLimitError, QuotaExceededError) as exc:
             access.headers = self.limiter.headers(key)
+            self.refused(access, exc.code or "rate_limit_exceeded")
             raise
         access.headers = grant.headers
         return TenantCharge(access, grant, estimate)
@@ -103,9 +120,37 @@ class TenantBooks:
             self.fair_share.charge(charge.access.tenant, -charge.charged, charge.access.weight)
             charge.charged = 0.0
 
+    def refused(self, access: Access, code: str) -> None:
+        """A 429 for this client: counted in its usage."""
+        if self.ledger is not None:
+            self.ledger.refused(access.tenant, self.model, code, time.time())
+
+    def completed(self, charge: TenantCharge, used: UsageFigures) -> None:
+        """Keep its usage, before the client sees it complete."""
+        if charge.recorded:
+            return
+        charge.recorded = True
+        if self.ledger is None:
+            return
+        stats = used.draft_stats
+        self.ledger.record(
+            UsageRecord(
+                used.request_id,
+                charge.access.tenant,
+                self.model,
+                time.time(),
+                used.prompt_tokens,
+                used.completion_tokens,
+                stats.draft_tokens if stats is not None else 0,
+                stats.accepted_tokens if stats is not None else 0,
+                used.outcome,
+            )
+        )
+
     def finished(self, charge: TenantCharge, used: UsageFigures) -> None:
         if charge.settled:
             return
+        self.completed(charge, used)  # an aborted or failed run: kept now
         charge.settled = True
         if charge.grant is not None:
             self.limiter.release(charge.grant, used.prompt_tokens + used.completion_tokens)

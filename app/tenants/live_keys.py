@@ -26,6 +26,8 @@ class LiveKeyRing:
         self.path = path
         self.ring: KeyRing = key_ring(self._flag_keys, path)  # a bad file stops the start
         self._seen = self._stamp()
+        # Why the last reload was refused (None: it was not).
+        self.last_error: str | None = None
 
     def reload(self) -> bool:
         """Read the file again; True when the new ring is in force."""
@@ -33,14 +35,17 @@ class LiveKeyRing:
         try:
             ring = key_ring(self._flag_keys, self.path)
         except KeyFileError as exc:
-            logger.error("key file not reloaded, the keys in force are kept: %s", exc)
-            return False
+            return self._refused(str(exc))
         if self.ring and not ring:
-            logger.error("key file not reloaded: it holds no key, which would open the API")
-            return False
-        self.ring = ring
+            return self._refused(f"{self.path}: it holds no key, which would open the API")
+        self.ring, self.last_error = ring, None
         logger.info("key file reloaded: %d keys", len(ring.keys))
         return True
+
+    def _refused(self, why: str) -> bool:
+        logger.error("key file not reloaded, the keys in force are kept: %s", why)
+        self.last_error = why
+        return False
 
     def _stamp(self) -> tuple[int, int, int] | None:
         if self.path is None:

@@ -1,7 +1,8 @@
 """The layers' imports point one way, and each package holds what its name says.
 
 - The route decision (routing/), the per-step draft length (drafting/) and the replica choice
-  (placement/) are pure: they never reach into the engines or the HTTP layer.
+  (placement/) are pure: they never reach into the engines or the HTTP layer; the tenants'
+  books (tenants/) take only the request's values.
 - vLLM is imported only under app/engine/vllm/, Ray only under app/serve_ray/; the engine's
   protocol (app/engine/'s root) and the remote pool load neither.
 - What runs in vLLM's own processes (the scheduler vLLM builds by name, the worker extension it
@@ -79,6 +80,12 @@ def test_the_draft_length_rule_imports_only_itself_and_the_shared_words() -> Non
 
 def test_the_replica_choice_imports_only_itself_the_draft_rule_and_the_shared_words() -> None:
     assert not outside("placement", ("app.placement", "app.drafting", "app.vocabulary"))
+
+
+def test_the_tenants_books_reach_neither_the_engines_nor_the_http_layer() -> None:
+    # Keys, limits, fair share and the usage ledger: the request's values and the errors.
+    allowed = ("app.tenants", "app.errors", "app.vocabulary", "app.engine.generation")
+    assert not outside("tenants", allowed)
 
 
 def test_the_shared_words_import_nothing_of_the_app() -> None:

@@ -45,7 +45,12 @@ async def app(tmp_path: Path) -> AsyncIterator[FastAPI]:
     keys = tmp_path / "keys.toml"
     keys.write_text(KEYS)
     engines = {route: FakeEngine(route) for route in ("speculative", "plain")}
-    settings = Settings(routing_exploration=0, speculative_config=NGRAM, api_key_file=keys)
+    settings = Settings(
+        routing_exploration=0,
+        speculative_config=NGRAM,
+        api_key_file=keys,
+        usage_ledger_path=tmp_path / "usage.sqlite3",
+    )
     app = create_app(settings, engines)  # type: ignore[arg-type]
     async with app.router.lifespan_context(app):
         app.state.gateway.dispatcher.tenants.limiter = RateLimiter(window_seconds=WINDOW)
