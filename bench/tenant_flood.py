@@ -1,0 +1,263 @@
+"""Two tenants, one flooding (issue 43): what one key's flood does to another's latency and
+share, before and after fair admission, each arm a fresh server on both cores.
+
+    python -m bench.tenant_flood --repeats 3                    # before (a commit) and after
+    python -m bench.tenant_flood --arms after --flood-seconds 10 # a quick look
+
+Two API keys of equal weight. Each arm runs three phases, chat completions of a fixed length
+(`ignore_eos`), greedy:
+1. quiet: key B alone, one request every `--b-interval` seconds;
+2. flood: key A open-loop at `--flood-rate` a second (several times what the engine serves)
+   while B goes on as before; B's latencies here are against its quiet ones;
+3. both waiting: A and B each open-loop at `--flood-rate`; each key's share of the tokens
+   served while both had requests waiting.
+
+Arms: `before` runs the code at `--before` (a git worktree of that commit, the same venv), with
+no fairness; `after` this tree's; `after-N` this tree's with `--max-running-requests N` (the
+batch bounded: on a CPU a step's cost grows with every sequence in it, so B's own speed
+depends on how many of A's run beside it, whatever the order of the queue).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench import repeats
+from bench.manifest import recorded_run
+from bench.report import percentile
+from bench.servers import REPO, ServerError, free_port, serve, specgate_spec
+
+logger = logging.getLogger("bench.tenant_flood")
+
+KEYS = {"A": "sk-flood-alpha", "B": "sk-flood-beta"}
+PROMPT = "Write a short story about a lighthouse keeper and a storm."
+
+
+@dataclass(frozen=True)
+class Done:
+    arm: str
+    repeat: int
+    phase: str
+    key: str
+    sent_at: float  # seconds since the phase started
+    seconds: float
+    status: int
+    tokens: int
+    finished_at: float  # seconds since the phase started
+
+
+async def one(
+    client: httpx.AsyncClient, arm: str, repeat: int, phase: str, key: str, t0: float, tokens: int
+) -> Done:
+    sent = time.perf_counter()
+    body = {
+        "model": "SmolLM2-135M-Instruct",
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    try:
+        answer = await client.post(
+            "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEYS[key]}"}
+        )
+        status = answer.status_code
+        used = answer.json()["usage"]["completion_tokens"] if status == 200 else 0
+    except httpx.HTTPError:
+        status, used = 0, 0
+    done = time.perf_counter()
+    return Done(arm, repeat, phase, key, sent - t0, done - sent, status, used, done - t0)
+
+
+async def open_loop(
+    client: httpx.AsyncClient,
+    arm: str,
+    repeat: int,
+    phase: str,
+    key: str,
+    rate: float,
+    seconds: float,
+    t0: float,
+    tokens: int,
+) -> list[Done]:
+    """Requests at `rate` a second for `seconds`, each on its own: the sender never waits."""
+    tasks = []
+    count = int(seconds * rate)
+    for i in range(count):
+        await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
+        tasks.append(asyncio.create_task(one(client, arm, repeat, phase, key, t0, tokens)))
+    return list(await asyncio.gather(*tasks))
+
+
+async def run_arm(base_url: str, arm: str, repeat: int, args: argparse.Namespace) -> list[Done]:
+    limits = httpx.Limits(max_connections=2000, max_keepalive_connections=2000)
+    async with httpx.AsyncClient(base_url=base_url, timeout=600, limits=limits) as client:
+        await one(client, arm, repeat, "warm-up", "B", time.perf_counter(), 8)
+        found: list[Done] = []
+        t0 = time.perf_counter()
+        b_rate = 1 / args.b_interval
+        found += await open_loop(
+            client, arm, repeat, "quiet", "B", b_rate, args.quiet_seconds, t0, args.tokens
+        )
+        t0 = time.perf_counter()
+        flood, light = await asyncio.gather(
+            open_loop(
+                client,
+                arm,
+                repeat,
+                "flood",
+                "A",
+                args.flood_rate,
+                args.flood_seconds,
+                t0,
+                args.tokens,
+            ),
+            open_loop(
+                client, arm, repeat, "flood", "B", b_rate, args.flood_seconds, t0, args.tokens
+            ),
+        )
+        found += flood + light
+        t0 = time.perf_counter()
+        both = await asyncio.gather(
+            *(
+                open_loop(
+                    client,
+                    arm,
+                    repeat,
+                    "both",
+                    key,
+                    args.flood_rate,
+                    args.both_seconds,
+                    t0,
+                    args.tokens,
+                )
+                for key in ("A", "B")
+            )
+        )
+        found += both[0] + both[1]
+    return found
+
+
+def share_while_both_wait(done: Sequence[Done]) -> float | None:
+    """B's share of the tokens finished while both keys still had requests unfinished."""
+    mine = [d for d in done if d.phase == "both" and d.status == 200]
+    if not mine:
+        return None
+    # Both wait until the first key's last request finishes.
+    until = min(max(d.finished_at for d in mine if d.key == key) for key in ("A", "B"))
+    served = {
+        key: sum(d.tokens for d in mine if d.key == key and d.finished_at <= until)
+        for key in ("A", "B")
+    }
+    total = served["A"] + served["B"]
+    return served["B"] / total if total else None
+
+
+def figures(done: Sequence[Done]) -> dict[str, Any]:
+    def latencies(phase: str, key: str) -> list[float]:
+        return [d.seconds for d in done if (d.phase, d.key, d.status) == (phase, key, 200)]
+
+    quiet, flooded = latencies("quiet", "B"), latencies("flood", "B")
+    out: dict[str, Any] = {
+        "b_quiet_median": statistics.median(quiet) if quiet else None,
+        "b_quiet_p90": percentile(quiet, 0.9),
+        "b_flood_median": statistics.median(flooded) if flooded else None,
+        "b_flood_p90": percentile(flooded, 0.9),
+        "b_share_both": share_while_both_wait(done),
+        "refused": {
+            f"{phase} {key}": sum(
+                1 for d in done if (d.phase, d.key) == (phase, key) and d.status != 200
+            )
+            for phase in ("quiet", "flood", "both")
+            for key in ("A", "B")
+        },
+    }
+    if out["b_flood_p90"] and out["b_quiet_p90"]:
+        out["b_p90_ratio"] = out["b_flood_p90"] / out["b_quiet_p90"]
+    return out
+
+
+def before_tree(commit: str, folder: Path) -> Path:
+    """A worktree of `commit` beside this run, sharing this tree's venv."""
+    tree = folder / f"tree-{commit[:8]}"
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", "-f", str(tree), commit],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    )
+    (tree / ".venv").symlink_to(REPO / ".venv")
+    return tree
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m bench.tenant_flood", description=__doc__)
+    parser.add_argument("--arms", default="before,after", help="before, after, after-N")
+    parser.add_argument("--before", default="e705fd5", help="the commit of the 'before' arm")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--b-interval", type=float, default=2.0)
+    parser.add_argument("--flood-rate", type=float, default=12.0)
+    parser.add_argument("--quiet-seconds", type=float, default=20.0)
+    parser.add_argument("--flood-seconds", type=float, default=30.0)
+    parser.add_argument("--both-seconds", type=float, default=20.0)
+    parser.add_argument("--out-dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    with recorded_run("bench.tenant_flood", args.out_dir, argv) as run:
+        keys = run.folder / "keys"
+        keys.write_text("".join(f"{key}\n" for key in KEYS.values()))
+        old = before_tree(args.before, run.folder) if "before" in arms else None
+        done: list[Done] = []
+        for repeat, arm in repeats.interleaved(arms, args.repeats):
+            flags = ["--api-key-file", str(keys), "--routing-exploration", "0"]
+            tree = REPO
+            if arm == "before":
+                assert old is not None
+                tree = old
+            else:
+                flags += ["--usage-ledger-path", str(run.folder / f"usage-{arm}-{repeat}.sqlite3")]
+                if arm.startswith("after-"):
+                    flags += ["--max-running-requests", arm.split("-", 1)[1]]
+            spec = specgate_spec(tree, flags, name=f"{arm}.r{repeat}")
+            try:
+                with serve(spec, free_port(), run.folder / "logs", 600) as server:
+                    found = asyncio.run(run_arm(server.base_url, arm, repeat, args))
+            except ServerError as exc:
+                logger.error("%s", exc)
+                continue
+            done += found
+            logger.info("%s round %d: %s", arm, repeat, figures(found))
+        table = {
+            f"{arm} r{r}": figures([d for d in done if (d.arm, d.repeat) == (arm, r)])
+            for r, arm in repeats.interleaved(arms, args.repeats)
+        }
+        (run.folder / "results.json").write_text(
+            json.dumps({"done": [asdict(d) for d in done], "figures": table}, indent=1)
+        )
+        print(json.dumps(table, indent=1))
+        if old is not None:
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(old)], cwd=REPO, check=False
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
