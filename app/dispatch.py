@@ -184,6 +184,8 @@ class Dispatcher:
                 tenant,
                 decision.workload_class.value,
                 prediction,
+                charge.access.key.name if charge.access.key is not None else None,
+                charge.access.weight,
             )
             for i, prompt in enumerate(prompts)
         ]

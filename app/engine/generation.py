@@ -64,6 +64,10 @@ class GenerationRequest:
     # The client's prediction of the answer (OpenAI's Predicted Outputs): a draft source for
     # this request alone where the engine drafts.
     prediction: str | None = None
+    # The client's key name and weight, for the engine's fair-share order of its waiting
+    # requests (app/tenants/fair_share.py); None: a server without keys.
+    client: str | None = None
+    client_weight: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,10 @@ STEP_COST_KEY = "specgate_step_cost"
 # additional_config.
 TENANT_KEY = "specgate_tenant"
 CACHE_TOKENS_KEY = "specgate_suffix_cache_tokens"
+# The client (its key's name) and its weight, in a request's extra_args, for the waiting
+# queue's fair-share order (app/engine/vllm/core/fair_waiting.py).
+CLIENT_KEY = "specgate_client"
+CLIENT_WEIGHT_KEY = "specgate_client_weight"
 # A client's prediction of the answer (OpenAI's Predicted Outputs), as token ids, in its
 # extra_args: the worker drafts from it for that request alone
 # (app/drafting/prediction_drafts.py).

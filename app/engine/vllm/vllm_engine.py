@@ -49,6 +49,8 @@ from app.engine.vllm.engine_config import EngineConfig
 from app.engine.vllm.extra_args import (
     ACCEPTANCE_PRIOR_KEY,
     CACHE_TOKENS_KEY,
+    CLIENT_KEY,
+    CLIENT_WEIGHT_KEY,
     DRAFT_LENGTH_KEY,
     PREDICTION_KEY,
     STEP_COST_KEY,
@@ -456,6 +458,9 @@ def draft_args(
         args[ACCEPTANCE_PRIOR_KEY] = request.acceptance_prior
     if request.tenant is not None:
         args[TENANT_KEY] = request.tenant
+    if request.client is not None:
+        args[CLIENT_KEY] = request.client
+        args[CLIENT_WEIGHT_KEY] = request.client_weight
     return args or None
 
 

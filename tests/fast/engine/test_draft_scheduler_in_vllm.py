@@ -23,6 +23,8 @@ from vllm.v1.structured_output import StructuredOutputManager
 from app.engine.vllm.engine_config import launch_config
 from app.engine.vllm.extra_args import (
     ACCEPTANCE_PRIOR_KEY,
+    CLIENT_KEY,
+    CLIENT_WEIGHT_KEY,
     DRAFT_LENGTH_KEY,
     PREDICTED_ATTRIBUTE,
     PREDICTION_ACCEPTED_KEY,
@@ -40,14 +42,14 @@ def model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_llama_folder(tmp_path_factory.mktemp("tiny-llama"))
 
 
-def scheduler(model_folder: Path, async_scheduling: bool) -> Any:
+def scheduler(model_folder: Path, async_scheduling: bool, max_num_seqs: int = 16) -> Any:
     """The scheduler the speculative engine's arguments name, as vLLM's engine core builds
     it, with async scheduling as vLLM would settle it on a GPU (CPUs turn it off)."""
     model = ModelConfig(model=str(model_folder), skip_tokenizer_init=True, max_model_len=1024)
     config = VllmConfig(
         model_config=model,
         scheduler_config=SchedulerConfig(
-            max_num_seqs=16,
+            max_num_seqs=max_num_seqs,
             max_num_batched_tokens=1024,
             max_model_len=1024,
             is_encoder_decoder=False,
@@ -193,3 +195,51 @@ def test_a_prediction_s_landed_drafts_are_counted_and_handed_out_when_it_finishe
     assert kept > 0
     assert handed_out["predicting"] == {PREDICTION_ACCEPTED_KEY: kept}
     assert "predicting" not in made._prediction_accepted  # forgotten with the request
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_waiting_requests_start_in_fair_share_order(
+    model_folder: Path, async_scheduling: bool
+) -> None:
+    """Two sequences at a time: client a's six requests arrived first, b's two after; b's are
+    started second and fourth, not seventh and eighth (issue 43)."""
+    made = scheduler(model_folder, async_scheduling, max_num_seqs=2)
+    for client, count in (("a", 6), ("b", 2)):
+        for i in range(count):
+            params = SamplingParams(
+                max_tokens=1, extra_args={CLIENT_KEY: client, CLIENT_WEIGHT_KEY: 1.0}
+            )
+            made.add_request(Request(f"{client}{i}", list(range(1, 21)), params, None))
+    started = []
+    for _ in range(12):
+        output = made.schedule()
+        started += [r.req_id for r in output.scheduled_new_reqs]
+        ids = list(output.num_scheduled_tokens)
+        runner = ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={i: n for n, i in enumerate(ids)},
+            sampled_token_ids=[[7] for _ in ids],
+        )
+        made.update_from_output(output, runner)
+        if len(started) == 8:
+            break
+    assert started == ["a0", "b0", "a1", "b1", "a2", "a3", "a4", "a5"]
+
+
+def test_one_client_keeps_vllm_s_own_order(model_folder: Path) -> None:
+    made = scheduler(model_folder, async_scheduling=False, max_num_seqs=2)
+    for i in range(5):
+        params = SamplingParams(max_tokens=1, extra_args={CLIENT_KEY: "a", CLIENT_WEIGHT_KEY: 1.0})
+        made.add_request(Request(f"a{i}", list(range(1, 21 + i)), params, None))
+    started = []
+    for _ in range(8):
+        output = made.schedule()
+        started += [r.req_id for r in output.scheduled_new_reqs]
+        ids = list(output.num_scheduled_tokens)
+        runner = ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={i: n for n, i in enumerate(ids)},
+            sampled_token_ids=[[7] for _ in ids],
+        )
+        made.update_from_output(output, runner)
+    assert started == ["a0", "a1", "a2", "a3", "a4"]

@@ -26,9 +26,11 @@ from vllm.config import VllmConfig
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request
 
 from app.drafting.draft_plan import Offer
 from app.engine.vllm.core.draft_length_scheduler import platform_planner
+from app.engine.vllm.core.fair_waiting import FairWaiting
 from app.engine.vllm.extra_args import acceptance_prior, draft_limit
 
 
@@ -37,6 +39,17 @@ class AsyncDraftLengthScheduler(AsyncScheduler):
         super().__init__(vllm_config, *args, **kwargs)
         self.planner = platform_planner(vllm_config.additional_config)
         self._last_step_done: float | None = None
+        self.fair = FairWaiting()
+
+    def add_request(self, request: Request) -> None:
+        super().add_request(request)
+        self.fair.arrived(request, self.waiting)
+
+    def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        self.fair.order(self.waiting)
+        output = super().schedule(*args, **kwargs)
+        self.fair.charge(output, self.requests)
+        return output
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
         super()._update_after_schedule(scheduler_output)

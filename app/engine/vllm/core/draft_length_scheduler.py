@@ -33,9 +33,11 @@ from vllm.sampling_params import SamplingParams
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+from vllm.v1.request import Request
 
 from app.drafting.draft_plan import DraftPlanner, Offer, Source
 from app.drafting.length_rule import CPU_STEP_PRIOR, GPU_STEP_PRIOR, StepCostPrior
+from app.engine.vllm.core.fair_waiting import FairWaiting
 from app.engine.vllm.extra_args import (
     CONFIDENCE_ATTRIBUTE,
     PREDICTED_ATTRIBUTE,
@@ -88,9 +90,16 @@ class DraftLengthScheduler(Scheduler):
         self._prediction_accepted: dict[str, int] = {}
         self._step_started: tuple[float, int, int, bool] | None = None
         self._trace: dict[str, float] = {}
+        self.fair = FairWaiting()
+
+    def add_request(self, request: Request) -> None:
+        super().add_request(request)
+        self.fair.arrived(request, self.waiting)
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        self.fair.order(self.waiting)
         output = super().schedule(*args, **kwargs)
+        self.fair.charge(output, self.requests)
         if output.total_num_scheduled_tokens:
             sequences = len(output.num_scheduled_tokens)
             drafting = bool(output.scheduled_spec_decode_tokens)
