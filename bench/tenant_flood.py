@@ -27,7 +27,9 @@ import logging
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,7 +45,16 @@ from bench.servers import REPO, ServerError, free_port, serve, specgate_spec
 logger = logging.getLogger("bench.tenant_flood")
 
 KEYS = {"A": "sk-flood-alpha", "B": "sk-flood-beta"}
-PROMPT = "Write a short story about a lighthouse keeper and a storm."
+# Each request asks about its own pair (no two alike within a run): a repeated prompt would
+# let the suffix trees of earlier answers draft it whole, and time nothing but that.
+WHO = "lighthouse keeper|baker|pilot|gardener|violinist|miner|sailor|painter|clockmaker|nurse"
+WHAT = "storm|lost key|red kite|broken bridge|letter|comet|fox|flood|old map|silver coin"
+PAIRS = [(who, what) for who in WHO.split("|") for what in WHAT.split("|")]
+
+
+def prompt(phase: str, key: str, index: int) -> str:
+    who, what = PAIRS[(zlib.crc32(f"{phase}{key}".encode()) % 7 + index * 13) % len(PAIRS)]
+    return f"Write a short story about a {who} and a {what}. Request {key}{index}."
 
 
 @dataclass(frozen=True)
@@ -60,12 +71,19 @@ class Done:
 
 
 async def one(
-    client: httpx.AsyncClient, arm: str, repeat: int, phase: str, key: str, t0: float, tokens: int
+    client: httpx.AsyncClient,
+    arm: str,
+    repeat: int,
+    phase: str,
+    key: str,
+    t0: float,
+    tokens: int,
+    index: int = 0,
 ) -> Done:
     sent = time.perf_counter()
     body = {
         "model": "SmolLM2-135M-Instruct",
-        "messages": [{"role": "user", "content": PROMPT}],
+        "messages": [{"role": "user", "content": prompt(phase, key, index)}],
         "max_tokens": tokens,
         "temperature": 0,
         "ignore_eos": True,
@@ -98,7 +116,7 @@ async def open_loop(
     count = int(seconds * rate)
     for i in range(count):
         await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
-        tasks.append(asyncio.create_task(one(client, arm, repeat, phase, key, t0, tokens)))
+        tasks.append(asyncio.create_task(one(client, arm, repeat, phase, key, t0, tokens, index=i)))
     return list(await asyncio.gather(*tasks))
 
 
@@ -190,9 +208,10 @@ def figures(done: Sequence[Done]) -> dict[str, Any]:
     return out
 
 
-def before_tree(commit: str, folder: Path) -> Path:
-    """A worktree of `commit` beside this run, sharing this tree's venv."""
-    tree = folder / f"tree-{commit[:8]}"
+def before_tree(commit: str) -> Path:
+    """A worktree of `commit` in a scratch folder (not under the run's folder, which may be
+    committed), sharing this tree's venv."""
+    tree = Path(tempfile.mkdtemp(prefix="specgate-before-")) / commit[:8]
     subprocess.run(
         ["git", "worktree", "add", "--detach", "-f", str(tree), commit],
         cwd=REPO,
@@ -223,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     with recorded_run("bench.tenant_flood", args.out_dir, argv) as run:
         keys = run.folder / "keys"
         keys.write_text("".join(f"{key}\n" for key in KEYS.values()))
-        old = before_tree(args.before, run.folder) if "before" in arms else None
+        old = before_tree(args.before) if "before" in arms else None
         done: list[Done] = []
         for repeat, arm in repeats.interleaved(arms, args.repeats):
             flags = ["--api-key-file", str(keys), "--routing-exploration", "0"]
