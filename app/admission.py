@@ -6,7 +6,9 @@ than `queue_timeout` gets a 503. Both carry Retry-After.
 
 A freed slot goes to the waiting tenant served least so far by weight (app/tenants/
 fair_share.py), within a tenant in arrival order; with one tenant the queue is first come,
-first served.
+first served. A full queue makes room for a tenant with fewer waiting than another: that
+other's newest waiter gets the 429 instead, so a flood fills the queue with its own requests
+but never shuts another tenant out.
 """
 
 from __future__ import annotations
@@ -48,12 +50,8 @@ class Admission:
         if self.running < self.max_running and not self._queues:
             self.running += 1
             return
-        if self.queued() >= self.max_queued:
-            raise OverloadedError(
-                f"The {self.route} engine is at capacity ({self.max_running} running, "
-                f"{self.max_queued} queued). Retry after {RETRY_AFTER_SECONDS} s.",
-                retry_after=RETRY_AFTER_SECONDS,
-            )
+        if self.queued() >= self.max_queued and not self._made_room(tenant):
+            raise self._full()
         turn = asyncio.get_running_loop().create_future()
         if tenant not in self._queues:
             self.fair_share.lift(tenant, list(self._queues))
@@ -63,7 +61,7 @@ class Admission:
             async with asyncio.timeout(self.queue_timeout):
                 await turn
         except BaseException as exc:
-            if turn.done() and not turn.cancelled():
+            if turn.done() and not turn.cancelled() and turn.exception() is None:
                 self.leave()  # the slot arrived as we gave up: pass it on
             else:  # leave() may have dropped it already, as cancelled
                 self._forget(tenant, turn)
@@ -85,6 +83,29 @@ class Admission:
                 turn.set_result(None)  # the slot changes hands; `running` stays the same
                 return
         self.running -= 1
+
+    def _full(self) -> OverloadedError:
+        return OverloadedError(
+            f"The {self.route} engine is at capacity ({self.max_running} running, "
+            f"{self.max_queued} queued). Retry after {RETRY_AFTER_SECONDS} s.",
+            retry_after=RETRY_AFTER_SECONDS,
+        )
+
+    def _made_room(self, tenant: str) -> bool:
+        """Refuse the newest waiter of the tenant with the most waiting, if that is more than
+        `tenant` would have with this request."""
+        if not self._queues:
+            return False
+        heaviest = max(self._queues, key=lambda t: len(self._queues[t]))
+        mine = len(self._queues.get(tenant, ()))
+        if heaviest == tenant or len(self._queues[heaviest]) <= mine + 1:
+            return False
+        evicted = self._queues[heaviest].pop()
+        if not self._queues[heaviest]:
+            del self._queues[heaviest]
+        if not evicted.done():
+            evicted.set_exception(self._full())
+        return True
 
     def _forget(self, tenant: str, turn: asyncio.Future[None]) -> None:
         waiters = self._queues.get(tenant)

@@ -39,7 +39,8 @@ from app.settings import Settings
 from app.tenants.books import TenantBooks
 from app.tenants.ledger import UsageLedger
 from app.tenants.live_keys import LiveKeyRing
-from app.tenants.rate_limits import RateLimiter
+from app.tenants.rate_limits import Limiter, RateLimiter
+from app.tenants.shared_limits import SharedRateLimiter
 from app.tools.auto_tools import AutoToolChoice, EnvelopeFormat, ModelFormat
 from app.vocabulary import Route
 
@@ -96,11 +97,7 @@ def build_gateway(
         ngram=ngram_config(settings, engines),
         mid_stream=settings.routing_mid_stream == "on",
         log_requests=settings.log_requests,
-        tenants=TenantBooks(
-            RateLimiter(spent_before=ledger.spent if ledger is not None else None),
-            ledger=ledger,
-            model=settings.model_id,
-        ),
+        tenants=TenantBooks(limiter(settings, ledger), ledger=ledger, model=settings.model_id),
     )
     speculative = engines.get("speculative")
     return Gateway(
@@ -120,6 +117,16 @@ def build_gateway(
         responses=ResponseStore(settings.responses_store_size),
         keys=keys,
     )
+
+
+def limiter(settings: Settings, ledger: UsageLedger | None) -> Limiter:
+    """The keys' limits: in this process, or in the deployment's Redis."""
+    spent = ledger.spent if ledger is not None else None
+    if settings.limits_redis:
+        return SharedRateLimiter(
+            settings.limits_redis, settings.limits_redis_unreachable, spent_before=spent
+        )
+    return RateLimiter(spent_before=spent)
 
 
 def one_engine_drafts_per_request(engines: Mapping[Route, Engine]) -> bool:

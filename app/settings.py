@@ -394,6 +394,20 @@ class Settings(BaseSettings):
         description="Keep usage per key in a SQLite ledger (GET /v1/usage)",
         json_schema_extra=_cli("access"),
     )
+    # Keys' limits shared by every gateway process of a deployment (Ray Serve ingress
+    # replicas, containers behind one balancer): redis://host:6379/0. Unset: each process
+    # holds its own.
+    limits_redis: str | None = Field(
+        None,
+        description="Hold the keys' limits in this Redis, for all gateway processes together",
+        json_schema_extra=_cli("access", "URL", unset="limits per process"),
+    )
+    # open: serve without limits while Redis is unreachable; closed: refuse with a 503.
+    limits_redis_unreachable: Literal["open", "closed"] = Field(
+        "open",
+        description="While the limits' Redis is unreachable: serve (open) or refuse (closed)",
+        json_schema_extra=_cli("access"),
+    )
     usage_ledger_path: Path | None = Field(
         None,
         description="The usage ledger's SQLite file",

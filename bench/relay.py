@@ -8,6 +8,8 @@ each concurrency, in one run and interleaved (so drift hits every path alike):
 | `direct` | `bench.stream_upstream`, a minimal OpenAI-compatible server streaming instantly |
 | `relay` | specgate with that server as both pools (`X-Speculative: off`): the remote route |
 | `embedded` | specgate's HTTP layer over fake engines that produce tokens instantly, on one core |
+| `relay-bare` | `relay` with no keys and no usage ledger: the gateway without its tenants' books |
+| `relay-keys` | `relay` with a key file of limits that never bind, and the usage ledger |
 
 Each phase sends `--streams` chat streams of `--tokens` tokens (after a warm-up of one stream
 per connection), `c` at a time, and reports aggregate tokens/s, the p50/p99 delay between
@@ -39,7 +41,18 @@ from bench.stream_client import StreamResult, chat_request, stream_once
 logger = logging.getLogger("bench.relay")
 
 REPO = Path(__file__).resolve().parent.parent
-PATHS = ("direct", "relay", "embedded")
+PATHS = ("direct", "relay", "embedded", "relay-bare", "relay-keys")
+DEFAULT_PATHS = ("direct", "relay", "embedded")
+KEY = "sk-relay-bench"
+# Limits far above what a run sends: each request is checked, counted and recorded.
+KEY_FILE = f"""[[key]]
+name = "bench"
+key = "{KEY}"
+requests_per_minute = 100000000
+tokens_per_minute = 100000000000
+max_in_flight = 100000
+tokens_per_day = 100000000000000
+"""
 
 
 @dataclass
@@ -56,10 +69,17 @@ class Phase:
     gap_p99_ms: float
     # CPU seconds per token of the server the client talked to (its whole process tree).
     server_cpu_us_per_token: float
+    # The median stream's seconds from request to end, in ms.
+    seconds_p50_ms: float = 0.0
 
 
 async def run_phase(
-    server: ServerProcess, concurrency: int, streams: int, tokens: int, model: str
+    server: ServerProcess,
+    concurrency: int,
+    streams: int,
+    tokens: int,
+    model: str,
+    keyed: bool = False,
 ) -> tuple[list[StreamResult], float, float]:
     """The phase's streams, its seconds, and the server's CPU seconds while it ran."""
     body = {
@@ -69,7 +89,10 @@ async def run_phase(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    request = chat_request("127.0.0.1", server.port, body, {"x-speculative": "off"})
+    headers = {"x-speculative": "off"}
+    if keyed:
+        headers["authorization"] = f"Bearer {KEY}"
+    request = chat_request("127.0.0.1", server.port, body, headers)
     left = streams
     results: list[StreamResult] = []
 
@@ -122,6 +145,9 @@ def summarize(
         gap_p50_ms=round(_quantile(gaps, 0.50) * 1000, 3),
         gap_p99_ms=round(_quantile(gaps, 0.99) * 1000, 3),
         server_cpu_us_per_token=round(server_cpu / max(1, tokens) * 1e6, 2),
+        seconds_p50_ms=round(statistics.median(r.seconds for r in results) * 1000, 3)
+        if results
+        else 0.0,
     )
 
 
@@ -129,7 +155,9 @@ def _quantile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else 0.0
 
 
-def server_specs(upstream_url: str, workers: int, embedded_cpu: int) -> dict[str, ServerSpec]:
+def server_specs(
+    upstream_url: str, workers: int, embedded_cpu: int, folder: Path
+) -> dict[str, ServerSpec]:
     python = sys.executable
     specgate = [python, "-m", "app", "--plain-upstreams", upstream_url]
     specgate += ["--speculative-upstreams", upstream_url, "--upstream-model", "relay-bench"]
@@ -137,8 +165,14 @@ def server_specs(upstream_url: str, workers: int, embedded_cpu: int) -> dict[str
     if workers > 1:
         specgate += ["--workers", str(workers)]
     embedded = [python, "-m", "bench.fake_engine_server", "--cpu", str(embedded_cpu)]
+    keys = folder / "keys.toml"
+    keys.parent.mkdir(parents=True, exist_ok=True)
+    keys.write_text(KEY_FILE)
+    keyed = ["--api-key-file", str(keys), "--usage-ledger-path", str(folder / "usage.sqlite3")]
     return {
         "relay": ServerSpec("specgate-relay", specgate, REPO),
+        "relay-bare": ServerSpec("specgate-relay-bare", [*specgate, "--no-usage-ledger"], REPO),
+        "relay-keys": ServerSpec("specgate-relay-keys", [*specgate, *keyed], REPO),
         "embedded": ServerSpec("specgate-fake-engines", embedded, REPO),
     }
 
@@ -168,6 +202,16 @@ def report(phases: list[Phase], levels: list[int]) -> dict[str, object]:
         ]
         if ratios:
             row["relay_over_direct"] = round(statistics.median(ratios), 3)
+        # The tenants' books (keys, limits, ledger): their share of tokens/s and their added
+        # median seconds per stream, round by round.
+        paired = list(zip(by_path["relay-keys"], by_path["relay-bare"], strict=False))
+        if paired:
+            row["keys_over_bare"] = round(
+                statistics.median(k.tokens_per_s / b.tokens_per_s for k, b in paired), 3
+            )
+            row["keys_added_ms_p50"] = round(
+                statistics.median(k.seconds_p50_ms - b.seconds_p50_ms for k, b in paired), 3
+            )
         summary[str(level)] = row
     return summary
 
@@ -187,6 +231,11 @@ def print_table(summary: dict[str, object]) -> None:
                 )
         if "relay_over_direct" in row:
             print(f"{level:>4} relay / direct = {row['relay_over_direct']:.3f}")
+        if "keys_over_bare" in row:
+            print(
+                f"{level:>4} relay-keys / relay-bare = {row['keys_over_bare']:.3f} tokens/s, "
+                f"{row['keys_added_ms_p50']:+.3f} ms a stream (median)"
+            )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -196,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--streams", type=int, default=0, help="per phase (default max(32, 4c))")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--paths", default=",".join(PATHS))
+    parser.add_argument("--paths", default=",".join(DEFAULT_PATHS), help=", ".join(PATHS))
     parser.add_argument("--workers", type=int, default=1, help="specgate processes (relay)")
     parser.add_argument("--embedded-cpu", type=int, default=1, help="core for the embedded path")
     parser.add_argument(
@@ -225,25 +274,29 @@ def measure(
     upstream_port = free_port()
     upstream_url = f"http://127.0.0.1:{upstream_port}"
     upstream_argv = [sys.executable, "-m", "bench.stream_upstream", "--tokens", str(args.tokens)]
-    specs = server_specs(upstream_url, args.workers, args.embedded_cpu)
+    specs = server_specs(upstream_url, args.workers, args.embedded_cpu, log_dir.parent)
     phases: list[Phase] = []
     with ExitStack() as stack:
         upstream = ServerSpec("stream-upstream", upstream_argv, REPO)
         servers = {"direct": stack.enter_context(serve(upstream, upstream_port, log_dir, 30))}
-        for path in ("relay", "embedded"):
+        for path in PATHS[1:]:
             if path in paths:
                 servers[path] = stack.enter_context(serve(specs[path], free_port(), log_dir, 60))
-        model = {
-            "direct": "relay-bench",
-            "relay": "relay-bench",
-            "embedded": "SmolLM2-135M-Instruct",
-        }
+        model = {path: "relay-bench" for path in PATHS}
+        model["embedded"] = "SmolLM2-135M-Instruct"
         for repeat in range(args.repeats):
             for level in levels:
                 streams = args.streams or max(32, 4 * level)
                 for path in paths:
                     results, seconds, cpu = asyncio.run(
-                        run_phase(servers[path], level, streams, args.tokens, model[path])
+                        run_phase(
+                            servers[path],
+                            level,
+                            streams,
+                            args.tokens,
+                            model[path],
+                            keyed=path == "relay-keys",
+                        )
                     )
                     phase = summarize(path, level, repeat, results, seconds, cpu)
                     logger.info("%s", phase)

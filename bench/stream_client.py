@@ -24,6 +24,8 @@ class StreamResult:
     events: int
     # Seconds between successive reads that brought new data, after the first.
     gaps: list[float] = field(default_factory=list)
+    # Seconds from sending the request to the stream's end.
+    seconds: float = 0.0
 
 
 class StreamError(RuntimeError):
@@ -44,6 +46,7 @@ def chat_request(host: str, port: int, body: dict[str, object], headers: dict[st
 
 
 async def stream_once(host: str, port: int, request: bytes) -> StreamResult:
+    started = time.perf_counter()
     reader, writer = await asyncio.open_connection(host, port)
     try:
         writer.write(request)
@@ -53,7 +56,9 @@ async def stream_once(host: str, port: int, request: bytes) -> StreamResult:
             raise StreamError(f"status {status.decode()}: {(await reader.read(2000))[:300]!r}")
         if b"transfer-encoding: chunked" not in head.lower():
             raise StreamError("the stream is not chunked")
-        return await _read_events(reader)
+        result = await _read_events(reader)
+        result.seconds = time.perf_counter() - started
+        return result
     finally:
         writer.close()
 

@@ -9,8 +9,10 @@ Two API keys of equal weight. Each arm runs three phases, chat completions of a 
 1. quiet: key B alone, one request every `--b-interval` seconds;
 2. flood: key A open-loop at `--flood-rate` a second (several times what the engine serves)
    while B goes on as before; B's latencies here are against its quiet ones;
-3. both waiting: A and B each open-loop at `--flood-rate`; each key's share of the tokens
-   served while both had requests waiting.
+3. both waiting: A open-loop at `--flood-rate`, B at `--both-b-rate` (less than A, but more
+   than half of what the engine serves: both want more than a fair share); each key's share of
+   the tokens served while both had requests waiting. First come, first served gives B its
+   share of the requests sent; fair admission gives it half.
 
 Arms: `before` runs the code at `--before` (a git worktree of that commit, the same venv), with
 no fairness; `after` this tree's; `after-N` this tree's with `--max-running-requests N` (the
@@ -157,12 +159,12 @@ async def run_arm(base_url: str, arm: str, repeat: int, args: argparse.Namespace
                     repeat,
                     "both",
                     key,
-                    args.flood_rate,
+                    rate,
                     args.both_seconds,
                     t0,
                     args.tokens,
                 )
-                for key in ("A", "B")
+                for key, rate in (("A", args.flood_rate), ("B", args.both_b_rate))
             )
         )
         found += both[0] + both[1]
@@ -233,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--b-interval", type=float, default=2.0)
     parser.add_argument("--flood-rate", type=float, default=12.0)
+    parser.add_argument("--both-b-rate", type=float, default=6.0)
     parser.add_argument("--quiet-seconds", type=float, default=20.0)
     parser.add_argument("--flood-seconds", type=float, default=30.0)
     parser.add_argument("--both-seconds", type=float, default=20.0)

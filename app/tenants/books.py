@@ -19,7 +19,7 @@ from app.errors import QuotaExceededError, RateLimitError
 from app.tenants.access import Access
 from app.tenants.fair_share import FairShare
 from app.tenants.ledger import UsageLedger, UsageRecord
-from app.tenants.rate_limits import Grant, RateLimiter
+from app.tenants.rate_limits import Grant, Limiter, RateLimiter
 from app.vocabulary import SpecDecodeStats
 
 # What a request without max_tokens reserves of its key's tokens per minute, per sequence,
@@ -76,12 +76,12 @@ class UsageFigures:
 class TenantBooks:
     def __init__(
         self,
-        limiter: RateLimiter | None = None,
+        limiter: Limiter | None = None,
         fair_share: FairShare | None = None,
         ledger: UsageLedger | None = None,
         model: str = "",
     ):
-        self.limiter = limiter if limiter is not None else RateLimiter()
+        self.limiter: Limiter = limiter if limiter is not None else RateLimiter()
         self.fair_share = fair_share if fair_share is not None else FairShare()
         self.ledger = ledger
         self.model = model

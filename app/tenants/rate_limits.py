@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Protocol
 
 from app.errors import QuotaExceededError, RateLimitError
 from app.tenants.keys import ApiKey
@@ -113,10 +114,28 @@ def duration(seconds: float) -> str:
     return f"{minutes}m{rest}s"
 
 
-@dataclass
 class Grant:
-    """A request's place under its key's limits, given back when it ends."""
+    """A request's place under its key's limits, given back when it ends; `headers` are the
+    rate-limit headers its response carries."""
 
+    headers: dict[str, str]
+
+
+class Limiter(Protocol):
+    """Every key's limits: this process's (RateLimiter) or a deployment's (app/tenants/
+    shared_limits.py, in Redis)."""
+
+    def take(self, key: ApiKey, tokens: int) -> Grant: ...
+
+    def release(self, grant: Grant, used_tokens: int) -> None: ...
+
+    def refund(self, grant: Grant) -> None: ...
+
+    def headers(self, key: ApiKey) -> dict[str, str]: ...
+
+
+@dataclass
+class LocalGrant(Grant):
     state: KeyState
     reserved: int
     request_entry: Taken | None
@@ -217,13 +236,15 @@ class RateLimiter:
         state.reserved += tokens
         asked = state.requests.take(now, 1) if limits.requests_per_minute is not None else None
         entry = state.tokens.take(now, tokens) if limits.tokens_per_minute is not None else None
-        return Grant(state, tokens, asked, entry, self._headers(key, state, now))
+        return LocalGrant(state, tokens, asked, entry, self._headers(key, state, now))
 
     def release(self, grant: Grant, used_tokens: int) -> None:
+        assert isinstance(grant, LocalGrant)
         grant.release(used_tokens, *periods(self._wall()))
 
     def refund(self, grant: Grant) -> None:
         """A request that never ran: it counts against nothing, not even the request rate."""
+        assert isinstance(grant, LocalGrant)
         if grant.request_entry is not None:
             grant.state.requests.settle(grant.request_entry, 0)
         self.release(grant, 0)

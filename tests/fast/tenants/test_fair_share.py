@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from app.admission import Admission
+from app.errors import OverloadedError
 from app.tenants.fair_share import FairShare
 
 COST = 10.0  # what each admitted request is charged here
@@ -74,3 +77,27 @@ async def test_idle_time_is_not_banked() -> None:
     order = await served_order(share, ["a", "a", "a", "b", "b", "b"])
     # Waiting behind a, b starts from a's count, not from 0: they alternate.
     assert order == ["a", "b", "a", "b", "a", "b"]
+
+
+async def test_a_full_queue_refuses_the_flood_s_newest_not_the_light_tenant() -> None:
+    share = FairShare()
+    admission = Admission("plain", max_running=1, max_queued=3, queue_timeout=10, fair_share=share)
+    await admission.enter("holder")
+    flood = [asyncio.create_task(admission.enter("a")) for _ in range(3)]
+    await asyncio.sleep(0)
+    assert admission.queued() == 3
+    light = asyncio.create_task(admission.enter("b"))  # the queue is full: a's newest makes room
+    with pytest.raises(OverloadedError):
+        await flood[2]
+    assert admission.queued() == 3 and not light.done()
+    with pytest.raises(OverloadedError):  # a flood's own newcomer finds no room
+        await admission.enter("a")
+    admission.leave()
+    await asyncio.sleep(0)
+    assert light.done() or flood[0].done()  # a slot went to a waiter, none was lost
+    assert admission.running == 1
+    for task in (*flood[:2], light):
+        if not task.done():
+            admission.leave()
+            await asyncio.sleep(0)
+    assert all(t.done() for t in (*flood[:2], light)) and light.exception() is None
