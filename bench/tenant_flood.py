@@ -273,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         (run.folder / "results.json").write_text(
             json.dumps({"done": [asdict(d) for d in done], "figures": table}, indent=1)
         )
+        (run.folder / "figures.json").write_text(json.dumps(table, indent=1) + "\n")
         print(json.dumps(table, indent=1))
         if old is not None:
             subprocess.run(
