@@ -399,13 +399,13 @@ class Settings(BaseSettings):
     # holds its own.
     limits_redis: str | None = Field(
         None,
-        description="Hold the keys' limits in this Redis, for all gateway processes together",
-        json_schema_extra=_cli("access", "URL", unset="limits per process"),
+        description="Share the keys' limits with other gateways through this Redis",
+        json_schema_extra=_cli("access", "URL", unset="per process"),
     )
     # open: serve without limits while Redis is unreachable; closed: refuse with a 503.
     limits_redis_unreachable: Literal["open", "closed"] = Field(
         "open",
-        description="While the limits' Redis is unreachable: serve (open) or refuse (closed)",
+        description="While that Redis is unreachable: serve (open) or refuse (closed)",
         json_schema_extra=_cli("access"),
     )
     usage_ledger_path: Path | None = Field(
