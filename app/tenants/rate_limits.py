@@ -114,6 +114,60 @@ def duration(seconds: float) -> str:
     return f"{minutes}m{rest}s"
 
 
+# -- what both limiters answer (this module's RateLimiter and shared_limits.py's) -----------
+
+
+def over_budget(
+    key: ApiKey, period: str, budget: int, used: int, reserved: int, tokens: int
+) -> QuotaExceededError:
+    return QuotaExceededError(
+        f"You exceeded your token budget for this {period} (key {key.name}: limit {budget}, "
+        f"used {used}, reserved by requests running {reserved}, requested {tokens})."
+    )
+
+
+def over_in_flight(key: ApiKey) -> RateLimitError:
+    return RateLimitError(
+        f"Rate limit reached for requests in flight (key {key.name}): limit "
+        f"{key.limits.max_in_flight}. Retry when one of them ends.",
+        retry_after=1,
+        kind="requests",
+    )
+
+
+def over_rate(
+    key: ApiKey, kind: str, used: float, amount: int, wait: float | None
+) -> RateLimitError:
+    """Over the requests (`kind` "requests") or tokens per minute; `wait` None: never fits."""
+    limits = key.limits
+    limit = limits.requests_per_minute if kind == "requests" else limits.tokens_per_minute
+    what = "requests per min (RPM)" if kind == "requests" else "tokens per min (TPM)"
+    again = "" if wait is None else f" Please try again in {duration(wait)}."
+    return RateLimitError(
+        f"Rate limit reached for {what} (key {key.name}): Limit {limit}, Used {round(used)}, "
+        f"Requested {amount}.{again}",
+        retry_after=wait,
+        kind=kind,
+    )
+
+
+def rate_headers(
+    key: ApiKey, requests: tuple[float, float], tokens: tuple[float, float]
+) -> dict[str, str]:
+    """OpenAI's x-ratelimit-* headers, from each window's (amount used, seconds until reset)."""
+    headers: dict[str, str] = {}
+    for limit, (used, reset), what in (
+        (key.limits.requests_per_minute, requests, "requests"),
+        (key.limits.tokens_per_minute, tokens, "tokens"),
+    ):
+        if limit is None:
+            continue
+        headers[f"x-ratelimit-limit-{what}"] = str(limit)
+        headers[f"x-ratelimit-remaining-{what}"] = str(max(0, limit - round(used)))
+        headers[f"x-ratelimit-reset-{what}"] = duration(reset)
+    return headers
+
+
 class Grant:
     """A request's place under its key's limits, given back when it ends; `headers` are the
     rate-limit headers its response carries."""
@@ -199,39 +253,24 @@ class RateLimiter:
         RateLimitError or QuotaExceededError when a limit refuses it."""
         now, (day, month) = self._clock(), periods(self._wall())
         state, limits = self._state(key.name, day, month), key.limits
-        for budget, count, what in (
+        for budget, count, period in (
             (limits.tokens_per_day, state.day, "day"),
             (limits.tokens_per_month, state.month, "month"),
         ):
             if budget is not None and count.used + state.reserved + tokens > budget:
-                raise QuotaExceededError(
-                    f"You exceeded your token budget for this {what} (key {key.name}: limit "
-                    f"{budget}, used {count.used}, reserved by requests running "
-                    f"{state.reserved}, requested {tokens})."
-                )
+                raise over_budget(key, period, budget, count.used, state.reserved, tokens)
         if limits.max_in_flight is not None and state.in_flight >= limits.max_in_flight:
-            raise RateLimitError(
-                f"Rate limit reached for requests in flight (key {key.name}): limit "
-                f"{limits.max_in_flight}. Retry when one of them ends.",
-                retry_after=1,
-                kind="requests",
-            )
-        for limit, window, amount, what in (
-            (limits.requests_per_minute, state.requests, 1, "requests per min (RPM)"),
-            (limits.tokens_per_minute, state.tokens, tokens, "tokens per min (TPM)"),
+            raise over_in_flight(key)
+        for limit, window, amount, kind in (
+            (limits.requests_per_minute, state.requests, 1, "requests"),
+            (limits.tokens_per_minute, state.tokens, tokens, "tokens"),
         ):
             if limit is None:
                 continue
             wait = window.wait(now, amount, limit)
             if wait > 0:
-                used = round(window.used(now))
-                again = "" if math.isinf(wait) else f" Please try again in {duration(wait)}."
-                raise RateLimitError(
-                    f"Rate limit reached for {what} (key {key.name}): Limit {limit}, Used "
-                    f"{used}, Requested {amount}.{again}",
-                    retry_after=None if math.isinf(wait) else wait,
-                    kind="tokens" if window is state.tokens else "requests",
-                )
+                never = math.isinf(wait)
+                raise over_rate(key, kind, window.used(now), amount, None if never else wait)
         state.in_flight += 1
         state.reserved += tokens
         asked = state.requests.take(now, 1) if limits.requests_per_minute is not None else None
@@ -256,14 +295,8 @@ class RateLimiter:
 
     @staticmethod
     def _headers(key: ApiKey, state: KeyState, now: float) -> dict[str, str]:
-        headers: dict[str, str] = {}
-        for limit, window, what in (
-            (key.limits.requests_per_minute, state.requests, "requests"),
-            (key.limits.tokens_per_minute, state.tokens, "tokens"),
-        ):
-            if limit is None:
-                continue
-            headers[f"x-ratelimit-limit-{what}"] = str(limit)
-            headers[f"x-ratelimit-remaining-{what}"] = str(max(0, limit - round(window.used(now))))
-            headers[f"x-ratelimit-reset-{what}"] = duration(window.reset_in(now))
-        return headers
+        return rate_headers(
+            key,
+            (state.requests.used(now), state.requests.reset_in(now)),
+            (state.tokens.used(now), state.tokens.reset_in(now)),
+        )

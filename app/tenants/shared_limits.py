@@ -24,9 +24,18 @@ from typing import Literal
 
 import redis
 
-from app.errors import EngineUnavailableError, QuotaExceededError, RateLimitError
+from app.errors import EngineUnavailableError
 from app.tenants.keys import ApiKey
-from app.tenants.rate_limits import WINDOW_SECONDS, Grant, SpentBefore, duration, periods
+from app.tenants.rate_limits import (
+    WINDOW_SECONDS,
+    Grant,
+    SpentBefore,
+    over_budget,
+    over_in_flight,
+    over_rate,
+    periods,
+    rate_headers,
+)
 
 logger = logging.getLogger("specgate.limits")
 
@@ -59,9 +68,7 @@ local function state(key)
     end
   end
   table.sort(entries, function(a, b) return a[1] < b[1] end)
-  local newest = entries[#entries]
-  local reset = newest and (newest[1] + window - now) or 0
-  return total, entries, reset
+  return total, entries
 end
 
 local function wait(total, entries, amount, limit)
@@ -92,8 +99,8 @@ end
 if flight >= 0 and redis.call('ZCARD', KEYS[3]) >= flight then
   return {'flight', 0, 0, 0, 0, 0, 0, 0}
 end
-local requests, request_entries, request_reset = state(KEYS[1])
-local used_tokens, token_entries, token_reset = state(KEYS[2])
+local requests, request_entries = state(KEYS[1])
+local used_tokens, token_entries = state(KEYS[2])
 if rpm >= 0 then
   local w = wait(requests, request_entries, 1, rpm)
   if w ~= 0 then return {'requests', math.ceil(w * 1000), requests, 0, 0, 0, 0, 0} end
@@ -173,6 +180,8 @@ class SharedRateLimiter:
         )
         self.unreachable = unreachable
         self._spent_before = spent_before
+        # The ledger's count per (key name, period), read once: Redis keeps the count after.
+        self._seeds: dict[tuple[str, str], int] = {}
         self._window = window_seconds
         self._take = self.client.register_script(TAKE)
         self._release = self.client.register_script(RELEASE)
@@ -190,7 +199,6 @@ class SharedRateLimiter:
         day, month = periods(time.time())
         keys = self._keys(key.name, day, month)
         limits = key.limits
-        spent = self._spent_before or (lambda _name, _period: 0)
         grant_id = uuid.uuid4().hex
         try:
             found = self._take(
@@ -210,8 +218,8 @@ class SharedRateLimiter:
                     ),
                     grant_id,
                     IN_FLIGHT_TTL,
-                    spent(key.name, day) if limits.tokens_per_day is not None else 0,
-                    spent(key.name, month) if limits.tokens_per_month is not None else 0,
+                    self._seed(key.name, day) if limits.tokens_per_day is not None else 0,
+                    self._seed(key.name, month) if limits.tokens_per_month is not None else 0,
                     PERIOD_TTL,
                 ],
             )
@@ -221,35 +229,26 @@ class SharedRateLimiter:
         wait_ms, used, reserved = int(found[1]), int(found[2]), int(found[3])
         if outcome in ("day", "month"):
             budget = limits.tokens_per_day if outcome == "day" else limits.tokens_per_month
-            raise QuotaExceededError(
-                f"You exceeded your token budget for this {outcome} (key {key.name}: limit "
-                f"{budget}, used {used}, reserved by requests running {reserved}, requested "
-                f"{tokens})."
-            )
+            assert budget is not None
+            raise over_budget(key, outcome, budget, used, reserved, tokens)
         if outcome == "flight":
-            raise RateLimitError(
-                f"Rate limit reached for requests in flight (key {key.name}): limit "
-                f"{limits.max_in_flight}. Retry when one of them ends.",
-                retry_after=1,
-                kind="requests",
-            )
+            raise over_in_flight(key)
         if outcome in ("requests", "tokens"):
-            what = "requests per min (RPM)" if outcome == "requests" else "tokens per min (TPM)"
-            limit = (
-                limits.requests_per_minute if outcome == "requests" else limits.tokens_per_minute
-            )
             amount = 1 if outcome == "requests" else tokens
-            wait = None if wait_ms < 0 else wait_ms / 1000
-            again = "" if wait is None else f" Please try again in {duration(wait)}."
-            raise RateLimitError(
-                f"Rate limit reached for {what} (key {key.name}): Limit {limit}, Used {used}, "
-                f"Requested {amount}.{again}",
-                retry_after=wait,
-                kind=outcome,
-            )
+            raise over_rate(key, outcome, used, amount, None if wait_ms < 0 else wait_ms / 1000)
         requests_now, tokens_now, reset_ms, second = (int(v) for v in found[4:8])
-        headers = self._headers(key, requests_now, tokens_now, reset_ms, reset_ms)
+        reset = reset_ms / 1000
+        headers = rate_headers(key, (requests_now, reset), (tokens_now, reset))
         return SharedGrant(keys, grant_id, second, tokens, headers)
+
+    def _seed(self, name: str, period: str) -> int:
+        """What this process's ledger says the key used in the period, for a Redis without a
+        count yet."""
+        if self._spent_before is None:
+            return 0
+        if (name, period) not in self._seeds:
+            self._seeds[(name, period)] = self._spent_before(name, period)
+        return self._seeds[(name, period)]
 
     def release(self, grant: Grant, used_tokens: int) -> None:
         self._give_back(grant, used_tokens, refund=False)
@@ -279,23 +278,7 @@ class SharedRateLimiter:
             )
         except redis.RedisError:
             return {}
-        return self._headers(key, requests_now, tokens_now, reset_r, reset_t)
-
-    @staticmethod
-    def _headers(
-        key: ApiKey, requests_now: int, tokens_now: int, reset_r_ms: int, reset_t_ms: int
-    ) -> dict[str, str]:
-        headers: dict[str, str] = {}
-        for limit, used, reset_ms, what in (
-            (key.limits.requests_per_minute, requests_now, reset_r_ms, "requests"),
-            (key.limits.tokens_per_minute, tokens_now, reset_t_ms, "tokens"),
-        ):
-            if limit is None:
-                continue
-            headers[f"x-ratelimit-limit-{what}"] = str(limit)
-            headers[f"x-ratelimit-remaining-{what}"] = str(max(0, limit - used))
-            headers[f"x-ratelimit-reset-{what}"] = duration(reset_ms / 1000)
-        return headers
+        return rate_headers(key, (requests_now, reset_r / 1000), (tokens_now, reset_t / 1000))
 
     def _without_redis(self, exc: Exception) -> Grant:
         if self.unreachable == "closed":
