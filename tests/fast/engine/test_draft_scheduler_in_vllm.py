@@ -197,6 +197,29 @@ def test_a_prediction_s_landed_drafts_are_counted_and_handed_out_when_it_finishe
     assert "predicting" not in made._prediction_accepted  # forgotten with the request
 
 
+def add_for(made: Any, client: str, request_id: str, prompt_length: int = 20) -> None:
+    """A one-token request of `client`'s (weight 1)."""
+    params = SamplingParams(max_tokens=1, extra_args={CLIENT_KEY: client, CLIENT_WEIGHT_KEY: 1.0})
+    made.add_request(Request(request_id, list(range(1, prompt_length + 1)), params, None))
+
+
+def start_order(made: Any, steps: int) -> list[str]:
+    """The requests in the order the scheduler starts them, over `steps` steps, each request
+    ending after its one token."""
+    started: list[str] = []
+    for _ in range(steps):
+        output = made.schedule()
+        started += [r.req_id for r in output.scheduled_new_reqs]
+        ids = list(output.num_scheduled_tokens)
+        runner = ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={i: n for n, i in enumerate(ids)},
+            sampled_token_ids=[[7] for _ in ids],
+        )
+        made.update_from_output(output, runner)
+    return started
+
+
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 def test_waiting_requests_start_in_fair_share_order(
     model_folder: Path, async_scheduling: bool
@@ -206,40 +229,12 @@ def test_waiting_requests_start_in_fair_share_order(
     made = scheduler(model_folder, async_scheduling, max_num_seqs=2)
     for client, count in (("a", 6), ("b", 2)):
         for i in range(count):
-            params = SamplingParams(
-                max_tokens=1, extra_args={CLIENT_KEY: client, CLIENT_WEIGHT_KEY: 1.0}
-            )
-            made.add_request(Request(f"{client}{i}", list(range(1, 21)), params, None))
-    started = []
-    for _ in range(12):
-        output = made.schedule()
-        started += [r.req_id for r in output.scheduled_new_reqs]
-        ids = list(output.num_scheduled_tokens)
-        runner = ModelRunnerOutput(
-            req_ids=ids,
-            req_id_to_index={i: n for n, i in enumerate(ids)},
-            sampled_token_ids=[[7] for _ in ids],
-        )
-        made.update_from_output(output, runner)
-        if len(started) == 8:
-            break
-    assert started == ["a0", "b0", "a1", "b1", "a2", "a3", "a4", "a5"]
+            add_for(made, client, f"{client}{i}")
+    assert start_order(made, 12) == ["a0", "b0", "a1", "b1", "a2", "a3", "a4", "a5"]
 
 
 def test_one_client_keeps_vllm_s_own_order(model_folder: Path) -> None:
     made = scheduler(model_folder, async_scheduling=False, max_num_seqs=2)
     for i in range(5):
-        params = SamplingParams(max_tokens=1, extra_args={CLIENT_KEY: "a", CLIENT_WEIGHT_KEY: 1.0})
-        made.add_request(Request(f"a{i}", list(range(1, 21 + i)), params, None))
-    started = []
-    for _ in range(8):
-        output = made.schedule()
-        started += [r.req_id for r in output.scheduled_new_reqs]
-        ids = list(output.num_scheduled_tokens)
-        runner = ModelRunnerOutput(
-            req_ids=ids,
-            req_id_to_index={i: n for n, i in enumerate(ids)},
-            sampled_token_ids=[[7] for _ in ids],
-        )
-        made.update_from_output(output, runner)
-    assert started == ["a0", "a1", "a2", "a3", "a4"]
+        add_for(made, "a", f"a{i}", prompt_length=20 + i)
+    assert start_order(made, 8) == ["a0", "a1", "a2", "a3", "a4"]

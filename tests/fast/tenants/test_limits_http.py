@@ -13,12 +13,9 @@ import pytest
 from fastapi import FastAPI
 from openai import AsyncOpenAI
 
-from app.drafters import NGRAM
-from app.engine.fakes.scripted import FakeEngine
-from app.main import create_app
-from app.settings import Settings
 from app.tenants.rate_limits import RateLimiter
 from tests.conftest import MODEL
+from tests.fast.tenants.keyed_app import as_key, keyed_app
 from tests.openai_schema import ERROR, violations
 
 KEYS = """
@@ -42,27 +39,9 @@ WINDOW = 1.5  # seconds: the minute, shortened for the test
 
 @pytest.fixture
 async def app(tmp_path: Path) -> AsyncIterator[FastAPI]:
-    keys = tmp_path / "keys.toml"
-    keys.write_text(KEYS)
-    engines = {route: FakeEngine(route) for route in ("speculative", "plain")}
-    settings = Settings(
-        routing_exploration=0,
-        speculative_config=NGRAM,
-        api_key_file=keys,
-        usage_ledger_path=tmp_path / "usage.sqlite3",
-    )
-    app = create_app(settings, engines)  # type: ignore[arg-type]
-    async with app.router.lifespan_context(app):
+    async with keyed_app(tmp_path, KEYS) as app:
         app.state.gateway.dispatcher.tenants.limiter = RateLimiter(window_seconds=WINDOW)
         yield app
-
-
-def client(app: FastAPI, key: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app),
-        base_url="http://specgate",
-        headers={"Authorization": f"Bearer {key}"},
-    )
 
 
 def chat(max_tokens: int = 5) -> dict[str, object]:
@@ -76,7 +55,7 @@ def chat(max_tokens: int = 5) -> dict[str, object]:
 async def test_over_the_request_rate_a_429_as_openai_words_it_with_its_headers(
     app: FastAPI,
 ) -> None:
-    async with client(app, "sk-alpha") as alpha:
+    async with as_key(app, "sk-alpha") as alpha:
         answers = [await alpha.post("/v1/chat/completions", json=chat()) for _ in range(3)]
         assert [a.status_code for a in answers] == [200, 200, 200]
         assert [a.headers["x-ratelimit-remaining-requests"] for a in answers] == ["2", "1", "0"]
@@ -105,7 +84,7 @@ async def test_over_the_request_rate_a_429_as_openai_words_it_with_its_headers(
 
 
 async def test_a_spent_budget_is_insufficient_quota_and_not_retried(app: FastAPI) -> None:
-    async with client(app, "sk-beta") as beta:
+    async with as_key(app, "sk-beta") as beta:
         assert (
             await beta.post("/v1/chat/completions", json=chat(max_tokens=40))
         ).status_code == 200
@@ -115,7 +94,7 @@ async def test_a_spent_budget_is_insufficient_quota_and_not_retried(app: FastAPI
         assert spent.json()["error"]["type"] == "insufficient_quota"
         assert spent.headers["x-should-retry"] == "false" and "retry-after" not in spent.headers
         # A key without limits is never refused, and gets no rate-limit headers.
-    async with client(app, "sk-open") as other:
+    async with as_key(app, "sk-open") as other:
         answer = await other.post("/v1/chat/completions", json=chat(max_tokens=95))
         assert answer.status_code == 200 and "x-ratelimit-limit-requests" not in answer.headers
 

@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import httpx
 from fastapi import FastAPI
 
-from app.drafters import NGRAM
-from app.engine.fakes.scripted import FakeEngine
-from app.main import create_app
-from app.settings import Settings
 from tests.conftest import MODEL
+from tests.fast.tenants.keyed_app import as_key, keyed_app
 
 KEYS = """
 [[key]]
@@ -36,29 +32,8 @@ tokens_per_day = 60
 """
 
 
-@asynccontextmanager
-async def server(tmp_path: Path) -> AsyncIterator[FastAPI]:
-    keys = tmp_path / "keys.toml"
-    if not keys.exists():
-        keys.write_text(KEYS)
-    engines = {route: FakeEngine(route) for route in ("speculative", "plain")}
-    settings = Settings(
-        routing_exploration=0,
-        speculative_config=NGRAM,
-        api_key_file=keys,
-        usage_ledger_path=tmp_path / "usage.sqlite3",
-    )
-    app = create_app(settings, engines)  # type: ignore[arg-type]
-    async with app.router.lifespan_context(app):
-        yield app
-
-
-def as_key(app: FastAPI, key: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app),
-        base_url="http://specgate",
-        headers={"Authorization": f"Bearer {key}"},
-    )
+def server(folder: Path) -> AbstractAsyncContextManager[FastAPI]:
+    return keyed_app(folder, KEYS)
 
 
 def chat(max_tokens: int = 8, **extra: object) -> dict[str, object]:
