@@ -15,21 +15,23 @@ RUN python3 /opt/specgate/src/scripts/install_arctic_inference.py
 # A fixed high uid, so that no user of the base image is reused. The Hugging Face cache is a
 # volume: weights of tens of GB are downloaded once, not into every container's layer. So are
 # the compile caches (vLLM's torch.compile artifacts, Inductor's and Triton's kernels):
-# without them every restart recompiles both engines for minutes.
+# without them every restart recompiles both engines for minutes. And the usage ledger, which
+# must outlive the container.
 RUN useradd --create-home --no-log-init --uid 10001 specgate \
-    && mkdir -p /data/huggingface /data/compile-cache \
-    && chown specgate /data/huggingface /data/compile-cache
+    && mkdir -p /data/huggingface /data/compile-cache /data/usage \
+    && chown specgate /data/huggingface /data/compile-cache /data/usage
 COPY --chmod=755 docker/entrypoint.sh /usr/local/bin/specgate-entrypoint
 
 # Every setting is also a SPECGATE_* variable. Set the port with SPECGATE_PORT, not --port:
 # the health check reads it there.
 ENV SPECGATE_HOST=0.0.0.0 \
     SPECGATE_PORT=8000 \
+    SPECGATE_USAGE_LEDGER_PATH=/data/usage/usage.sqlite3 \
     HF_HOME=/data/huggingface \
     VLLM_CACHE_ROOT=/data/compile-cache/vllm \
     TORCHINDUCTOR_CACHE_DIR=/data/compile-cache/inductor \
     TRITON_CACHE_DIR=/data/compile-cache/triton
-VOLUME ["/data/huggingface", "/data/compile-cache"]
+VOLUME ["/data/huggingface", "/data/compile-cache", "/data/usage"]
 USER 10001
 WORKDIR /home/specgate
 EXPOSE 8000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -119,6 +120,25 @@ def build_gateway(
     )
 
 
+def open_ledger(settings: Settings) -> UsageLedger | None:
+    """The usage ledger, or None when it is off. A ledger at the default path (in --cache-dir)
+    that cannot be written (a read-only cache, as in the CPU image before it named a volume)
+    is left off with a warning; one at a path the operator gave must open, or the start
+    fails."""
+    path = settings.ledger_path()
+    if path is None:
+        return None
+    try:
+        return UsageLedger(path)
+    except (OSError, sqlite3.Error) as exc:
+        if settings.usage_ledger_path is not None:
+            raise RuntimeError(f"--usage-ledger-path {path}: cannot open it ({exc})") from exc
+        logger.warning(
+            "usage ledger off: %s cannot be written (%s); give --usage-ledger-path", path, exc
+        )
+        return None
+
+
 def limiter(settings: Settings, ledger: UsageLedger | None) -> Limiter:
     """The keys' limits: in this process, or in the deployment's Redis."""
     spent = ledger.spent if ledger is not None else None
@@ -226,8 +246,7 @@ def create_app(
         async with AsyncExitStack() as stack:
             watching = asyncio.create_task(keys.watch())
             stack.callback(watching.cancel)
-            path = settings.ledger_path()
-            ledger = UsageLedger(path) if path is not None else None
+            ledger = open_ledger(settings)
             if ledger is not None:
                 stack.callback(ledger.close)
             if engines is not None:

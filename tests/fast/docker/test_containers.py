@@ -136,6 +136,10 @@ def test_each_image_serves_on_every_interface_as_a_non_root_user(image: str) -> 
     assert env["SPECGATE_HOST"] == "0.0.0.0"
     assert values(final, "EXPOSE") == [env["SPECGATE_PORT"]]
     assert env["HF_HOME"] in json.loads(values(final, "VOLUME")[-1])
+    # The usage ledger is on a volume the server's user may write (the cache may be read-only).
+    ledger = env["SPECGATE_USAGE_LEDGER_PATH"].rsplit("/", 1)[0]
+    assert ledger in json.loads(values(final, "VOLUME")[-1])
+    assert any("chown specgate" in run and ledger in run for run in values(final, "RUN"))
     assert values(final, "HEALTHCHECK")[-1].endswith('"-m", "app.healthcheck"]')
     entrypoint = json.loads(values(final, "ENTRYPOINT")[-1])
     assert entrypoint == ["/usr/local/bin/specgate-entrypoint"]

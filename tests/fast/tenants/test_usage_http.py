@@ -10,8 +10,12 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
+from app.engine.fakes.scripted import FakeEngine
+from app.main import create_app
+from app.settings import Settings
 from tests.conftest import MODEL
 from tests.fast.tenants.keyed_app import as_key, keyed_app
 
@@ -103,3 +107,25 @@ async def test_an_admin_reloads_the_keys_and_a_bad_file_names_its_line(tmp_path:
             reloaded = await ops.post("/v1/keys/reload")
             assert reloaded.status_code == 200 and reloaded.json()["keys"] == 4
             assert (await gamma.post("/v1/chat/completions", json=chat())).status_code == 200
+
+
+async def test_a_default_ledger_that_cannot_be_written_is_off_and_a_named_one_stops_the_start(
+    tmp_path: Path,
+) -> None:
+    # A file where the cache folder should be: nothing can be written under it (as a
+    # read-only cache in an image, for any user, root included).
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    engines = {route: FakeEngine(route) for route in ("speculative", "plain")}
+    settings = Settings(routing_exploration=0, cache_dir=blocked, usage_ledger_path=None)
+    app = create_app(settings, engines)  # type: ignore[arg-type]
+    async with app.router.lifespan_context(app):
+        async with as_key(app, "-") as client:
+            assert (await client.post("/v1/chat/completions", json=chat())).status_code == 200
+            off = await client.get("/v1/usage?start_time=0")
+            assert off.status_code == 404 and "ledger is off" in off.json()["error"]["message"]
+    named = Settings(routing_exploration=0, usage_ledger_path=blocked / "usage.sqlite3")
+    refused = create_app(named, engines)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="--usage-ledger-path"):
+        async with refused.router.lifespan_context(refused):
+            pass
