@@ -19,6 +19,7 @@ from tests.engine.server import ServerProcess
 
 KEYS = '[[key]]\nname = "ops"\nkey = "sk-ops"\nadmin = true\n\n'
 KEYS += '[[key]]\nname = "alpha"\nkey = "sk-alpha"\n\n[[key]]\nname = "beta"\nkey = "sk-beta"\n'
+KEYS += '\n[[key]]\nname = "gamma"\nkey = "sk-gamma"\nrequests_per_minute = 2\n'
 CLIENTS = {"alpha": 4, "beta": 4}
 LOAD_SECONDS = 6.0
 
@@ -37,6 +38,7 @@ def start(tmp: Path, log: str) -> ServerProcess:
 def test_the_ledger_keeps_every_completed_request_through_a_kill(tmp_path: Path) -> None:
     (tmp_path / "keys.toml").write_text(KEYS)
     server = start(tmp_path, "first.log")
+    limited_on_the_real_engine(server)
     seen: dict[str, dict[str, int]] = {}  # request id -> the usage its client was told
     owners: dict[str, str] = {}
     stop = threading.Event()
@@ -106,7 +108,9 @@ def test_the_ledger_keeps_every_completed_request_through_a_kill(tmp_path: Path)
             told_usage["completion_tokens"],
         )
     # At most the requests running at the kill completed in the ledger unseen by a client.
-    assert len(kept) - len(told) <= sum(CLIENTS.values())
+    loaded = [rid for rid, (key, _, _) in kept.items() if key in CLIENTS]
+    assert len(loaded) - len(told) <= sum(CLIENTS.values())
+    assert sum(1 for key, _, _ in kept.values() if key == "gamma") == 2
     results = [r for bucket in usage["data"] for r in bucket["results"]]
     for name in CLIENTS:
         assert sum(r["num_model_requests"] for r in results if r["api_key_id"] == name) == sum(
@@ -135,3 +139,18 @@ def answer(http: httpx.Client, body: dict[str, object]) -> tuple[str, dict[str, 
     if not finished or not chunks or not chunks[-1].get("usage"):
         return None
     return str(chunks[-1]["id"]), chunks[-1]["usage"]  # type: ignore[return-value]
+
+
+def limited_on_the_real_engine(server: ServerProcess) -> None:
+    """A key of 2 requests a minute in front of the real engine: two answers with OpenAI's
+    headers, then a 429 with Retry-After (its 429 is in the ledger too, not a request)."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+    with httpx.Client(
+        base_url=server.base_url, headers={"Authorization": "Bearer sk-gamma"}, timeout=60
+    ) as http:
+        answers = [http.post("/v1/chat/completions", json=body) for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert [a.headers["x-ratelimit-remaining-requests"] for a in answers] == ["1", "0", "0"]
+    refused = answers[2].json()["error"]
+    assert refused["code"] == "rate_limit_exceeded" and refused["type"] == "requests"
+    assert 1 <= int(answers[2].headers["retry-after"]) <= 60
