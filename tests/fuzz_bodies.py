@@ -620,7 +620,10 @@ def check_answer(attempt: Attempt, status: int, content_type: str, content: byte
         data = json.loads(content)
         assert _violations(data, body_schema) == [], data
         return
-    events = [line.removeprefix("data: ") for line in content.decode().splitlines() if line.strip()]
+    # Comment lines (": ping", sent on a stream that has been quiet for 15 s, as on a busy
+    # machine) carry no event.
+    lines = [line for line in content.decode().splitlines() if line.strip()]
+    events = [line.removeprefix("data: ") for line in lines if not line.startswith(":")]
     assert events and events[-1] == "[DONE]", events[-3:]
     for event in events[:-1]:
         chunk = json.loads(event)

@@ -45,7 +45,9 @@ def stream(
         timeout=TIMEOUT,
     ) as response:
         assert response.status_code == 200, response.read().decode()
-        events = [line.removeprefix("data: ") for line in response.iter_lines() if line]
+        # A comment line (": ping", on a stream quiet for 15 s on a busy machine) is no event.
+        lines = [line for line in response.iter_lines() if line and not line.startswith(":")]
+        events = [line.removeprefix("data: ") for line in lines]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(event) for event in events[:-1]]
     for chunk in chunks:

@@ -67,7 +67,7 @@ class StreamWatcher:
                 timeout=120,
             ) as response:
                 for line in response.iter_lines():
-                    if line:
+                    if line and not line.startswith(":"):  # ": ping" is no event
                         self.events.append(line.removeprefix("data: "))
                         self.first_event.set()
         except httpx.HTTPError as exc:  # a cut stream
