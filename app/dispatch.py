@@ -17,6 +17,7 @@ from typing import Any
 from app.admission import Admission
 from app.engine.generation import GenerationRequest, Prompt, SamplingOptions
 from app.engine.protocol import Engine, for_route, route_draft_length
+from app.engine.refusals import combined, prediction_refusal
 from app.errors import EngineUnavailableError, InvalidRequestError, QueueTimeoutError, SpecgateError
 from app.fanout import generate_all
 from app.in_flight import InFlight, LoadMark
@@ -129,7 +130,7 @@ class Dispatcher:
         options: SamplingOptions | None = None,
     ) -> RouteDecision:
         """The route; raises Unroutable when no route serves the request as asked."""
-        refusals = self._refusals(options)
+        refusals = self._refusals(options, features.predicted)
         # Both routes share one device, so every sequence in flight on either is load on
         # both: the policy weighs a new request against what is running.
         decision = self.policy.decide(
@@ -250,16 +251,18 @@ class Dispatcher:
             )
         return replace(spec.options, default_max_tokens=limits.max_tokens_default)
 
-    def _refusals(self, options: SamplingOptions | None) -> dict[Route, Refusal]:
+    def _refusals(self, options: SamplingOptions | None, predicted: bool) -> dict[Route, Refusal]:
         """Per route, what its engine cannot serve of this request (routes that can: absent)."""
-        if options is None:
-            return {}
-        return {
-            route: refusal
-            for route, engine in self.engines.items()
-            if (refusal := engine.servable(options, route_draft_length(route, engine.facts)))
-            is not None
-        }
+        refusals: dict[Route, Refusal] = {}
+        for route, engine in self.engines.items():
+            draft_length = route_draft_length(route, engine.facts)
+            refusal = combined(
+                engine.servable(options, draft_length) if options is not None else None,
+                prediction_refusal(predicted, engine.facts.takes_prediction),
+            )
+            if refusal is not None:
+                refusals[route] = refusal
+        return refusals
 
     def _around_dead_engine(
         self, decision: RouteDecision, refusals: Mapping[Route, Refusal]

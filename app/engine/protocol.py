@@ -43,6 +43,9 @@ class EngineFacts:
     # The step-cost line its steps are priced by, where it is fixed in advance (a paced fake):
     # a Ray replica's step watch starts from it.
     step_cost_prior: StepCostPrior | None = None
+    # It takes a request's prediction (OpenAI's Predicted Outputs): drafts from it, or lands
+    # nothing of it and says so. A pool of vLLM servers cannot: their API has no such field.
+    takes_prediction: bool = True
 
 
 class Engine(Protocol):

@@ -11,6 +11,13 @@ from __future__ import annotations
 from app.engine.generation import SamplingOptions
 from app.vocabulary import Refusal
 
+# A route whose engine cannot take a request's prediction (EngineFacts.takes_prediction).
+PREDICTION_REFUSAL = Refusal(("prediction",), "not supported by remote upstreams")
+
+
+def prediction_refusal(predicted: bool, takes_prediction: bool) -> Refusal | None:
+    return PREDICTION_REFUSAL if predicted and not takes_prediction else None
+
 
 def refusal_of(fields: list[str], why: str) -> Refusal | None:
     return Refusal(tuple(fields), why) if fields else None

@@ -18,7 +18,7 @@ import httpx
 from app.engine.coalesce import coalesced
 from app.engine.generation import GenerationRequest, GenerationStep, SamplingOptions
 from app.engine.protocol import EngineFacts, StopsOnExit
-from app.engine.refusals import combined, drafting_refusal, refusal_of
+from app.engine.refusals import PREDICTION_REFUSAL, combined, drafting_refusal, refusal_of
 from app.engine.remote.codec import (
     SSEParser,
     StreamDecoder,
@@ -76,7 +76,7 @@ class RemoteEngine(StopsOnExit):
         self._client = client
         self._attempts = attempts
         # No tokenizer at hand; the upstreams answer /tokenize and its kin.
-        self.facts = EngineFacts(tokenizing=RemoteTokenizer(self))
+        self.facts = EngineFacts(tokenizing=RemoteTokenizer(self), takes_prediction=False)
 
     @classmethod
     async def start(
@@ -120,8 +120,10 @@ class RemoteEngine(StopsOnExit):
             )
         if request.prediction is not None:
             # vLLM's server would drop the field without a word (it ignores unknown fields).
+            # The dispatcher routes such a request elsewhere (PREDICTION_REFUSAL); this guards
+            # a caller that did not ask.
             raise InvalidRequestError(
-                f"prediction is not supported by remote upstreams (the {self.route} route): "
+                f"prediction: {PREDICTION_REFUSAL.why} (the {self.route} route): "
                 "vLLM's server takes no prediction; send the request without it",
                 param="prediction",
             )

@@ -144,6 +144,18 @@ async def test_logprobs_on_a_remote_route_are_refused_by_name(site: Site) -> Non
     assert response.json()["error"]["param"] == "echo"
 
 
+async def test_a_prediction_on_remote_routes_is_refused_by_name_and_never_sent(site: Site) -> None:
+    predicted = chat(prediction={"type": "content", "content": "one two three"})
+    for headers in ({}, {"X-Speculative": "on"}):
+        response = await site.client.post(CHAT, json=predicted, headers=headers)
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["param"] == "prediction", error
+        assert "prediction: not supported by remote upstreams" in error["message"], error
+    # vLLM's servers would have dropped the field without a word.
+    assert site.speculative.bodies == [] and site.plain.bodies == []
+
+
 @pytest.fixture
 async def mixed_site() -> AsyncIterator[tuple[httpx.AsyncClient, FakeEngine, FakeUpstream]]:
     """The plain route from a remote pool, the speculative one from an embedded engine."""
@@ -185,6 +197,24 @@ async def test_a_request_goes_to_the_route_that_can_serve_it(
     both = await client.post(CHAT, json=chat(logprobs=True, min_p=0.1, temperature=0.7))
     assert both.status_code == 400
     assert both.json()["error"]["param"] == "logprobs"
+
+
+async def test_a_prediction_goes_to_the_embedded_route_past_a_remote_one(
+    mixed_site: tuple[httpx.AsyncClient, FakeEngine, FakeUpstream],
+) -> None:
+    client, embedded, plain = mixed_site
+    predicted = chat(prediction={"type": "content", "content": " one two three"}, temperature=0.9)
+    response = await client.post(CHAT, json=predicted)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-specgate-route"] == "speculative"
+    assert [r.prediction for r in embedded.requests] == [" one two three"]
+    # Pinned to the remote route: a 400 that names the prediction and where it is served.
+    pinned = await client.post(CHAT, json=predicted, headers={"X-Speculative": "off"})
+    assert pinned.status_code == 400, pinned.text
+    error = pinned.json()["error"]
+    assert error["code"] == "unsupported_on_route" and error["param"] == "X-Speculative"
+    assert "prediction" in error["message"] and "X-Speculative: auto" in error["message"]
+    assert plain.bodies == []
 
 
 async def test_upstream_keys_per_pool_never_logged(
