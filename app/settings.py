@@ -159,6 +159,12 @@ class Settings(BaseSettings):
         description="Suffix drafting: answer tokens kept, all tenants together (oldest go)",
         json_schema_extra=_cli("speculation", "TOKENS"),
     )
+    prediction_draft_tokens: int = Field(
+        32,
+        gt=0,
+        description="Predicted Outputs: most tokens a prediction drafts a step (K bounds it)",
+        json_schema_extra=_cli("speculation", "TOKENS"),
+    )
 
     # -- resources -------------------------------------------------------------------------------
     tensor_parallel_size: int = Field(

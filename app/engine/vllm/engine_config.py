@@ -41,6 +41,7 @@ class EngineConfig:
     # vLLM's speculative_config; None for the plain route's own engine.
     speculative_config: Mapping[str, Any] | None
     suffix_cache_tokens: int
+    prediction_draft_tokens: int
     draft_step_cost: tuple[float, ...]  # empty: learned as the engine runs
     shared: bool = False
 
@@ -108,6 +109,7 @@ def launch_config(settings: Settings) -> LaunchConfig:
             load_format=settings.load_format,
             speculative_config=None if role == "plain" else speculative,
             suffix_cache_tokens=settings.suffix_cache_tokens,
+            prediction_draft_tokens=settings.prediction_draft_tokens,
             draft_step_cost=settings.draft_step_cost,
             shared=shared,
         )

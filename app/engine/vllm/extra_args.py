@@ -29,6 +29,9 @@ CLIENT_WEIGHT_KEY = "specgate_client_weight"
 # extra_args: the worker drafts from it for that request alone
 # (app/drafting/prediction_drafts.py).
 PREDICTION_KEY = "specgate_prediction"
+# The most tokens a prediction drafts in one step (--prediction-draft-tokens), in
+# additional_config; the engine's K bounds it too.
+PREDICTION_DRAFT_TOKENS_KEY = "specgate_prediction_draft_tokens"
 # On vLLM's DraftTokenIds from the worker: per request, whether its draft came from its
 # prediction (a bool).
 PREDICTED_ATTRIBUTE = "specgate_predicted"
@@ -52,6 +55,12 @@ def acceptance_prior(extra_args: dict[str, Any] | None) -> float | None:
     """The request's acceptance prior, in [0, 1): it asks for a length re-chosen each step."""
     value = extra_args.get(ACCEPTANCE_PRIOR_KEY) if extra_args else None
     return None if value is None else min(max(float(value), 0.0), 0.99)
+
+
+def prediction_draft_bound(additional_config: Any, k: int) -> int:
+    """The most tokens a prediction drafts per step: the operator's bound, within 0..k."""
+    value = additional_config.get(PREDICTION_DRAFT_TOKENS_KEY) if additional_config else None
+    return k if not isinstance(value, int) else max(0, min(value, k))
 
 
 def prediction(extra_args: dict[str, Any] | None) -> list[int] | None:

@@ -52,6 +52,7 @@ from app.engine.vllm.extra_args import (
     CLIENT_KEY,
     CLIENT_WEIGHT_KEY,
     DRAFT_LENGTH_KEY,
+    PREDICTION_DRAFT_TOKENS_KEY,
     PREDICTION_KEY,
     STEP_COST_KEY,
     TENANT_KEY,
@@ -107,7 +108,10 @@ def engine_args(config: EngineConfig, model_path: str) -> AsyncEngineArgs:
         # the host's work with the GPU's step (about 1.2 ms a step on an H100).
         extra["scheduler_cls"] = SCHEDULER_QUALNAME
         # What specgate's scheduler and suffix drafter read in the engine's processes.
-        additional: dict[str, Any] = {CACHE_TOKENS_KEY: config.suffix_cache_tokens}
+        additional: dict[str, Any] = {
+            CACHE_TOKENS_KEY: config.suffix_cache_tokens,
+            PREDICTION_DRAFT_TOKENS_KEY: config.prediction_draft_tokens,
+        }
         if config.draft_step_cost:
             additional[STEP_COST_KEY] = list(config.draft_step_cost)
         extra["additional_config"] = additional

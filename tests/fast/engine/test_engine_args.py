@@ -11,7 +11,11 @@ from vllm.engine.arg_utils import AsyncEngineArgs
 
 from app.cli import parse_settings
 from app.engine.vllm.engine_config import launch_config
-from app.engine.vllm.extra_args import CACHE_TOKENS_KEY, STEP_COST_KEY
+from app.engine.vllm.extra_args import (
+    CACHE_TOKENS_KEY,
+    PREDICTION_DRAFT_TOKENS_KEY,
+    STEP_COST_KEY,
+)
 from app.engine.vllm.vllm_engine import WORKER_EXTENSION_QUALNAME, engine_args, on_cpu
 from app.settings import Settings
 from app.vocabulary import Route
@@ -183,8 +187,16 @@ def test_a_step_cost_line_that_cannot_price_a_step_is_refused(value: str) -> Non
         parse_settings(["--draft-step-cost", value])
 
 
-def test_the_suffix_trees_token_bound_reaches_the_speculative_engines_worker() -> None:
+def test_the_workers_bounds_reach_the_speculative_engines_worker() -> None:
     settings = parse_settings(["--suffix-cache-tokens", "123456"])
     speculative = args_for(settings, "/models/small", "speculative")
-    assert speculative.additional_config == {CACHE_TOKENS_KEY: 123456}
+    assert speculative.additional_config == {
+        CACHE_TOKENS_KEY: 123456,
+        PREDICTION_DRAFT_TOKENS_KEY: 32,
+    }
     assert STEP_COST_KEY not in speculative.additional_config
+    settings = parse_settings(["--prediction-draft-tokens", "48"])
+    speculative = args_for(settings, "/models/small", "speculative")
+    assert speculative.additional_config[PREDICTION_DRAFT_TOKENS_KEY] == 48
+    with pytest.raises(ValueError):
+        parse_settings(["--prediction-draft-tokens", "0"])

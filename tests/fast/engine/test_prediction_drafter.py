@@ -8,14 +8,20 @@ from typing import Any
 
 import numpy as np
 
-from app.engine.vllm.extra_args import DRAFT_LENGTH_KEY, PREDICTION_KEY
+from app.engine.vllm.extra_args import (
+    DRAFT_LENGTH_KEY,
+    PREDICTION_DRAFT_TOKENS_KEY,
+    PREDICTION_KEY,
+)
 from app.engine.vllm.worker.prediction_drafter import RequestPredictions
 
 PROMPT = [1, 2, 3]
 PREDICTION = list(range(100, 140))
 
 
-def runner(rows: dict[str, tuple[list[int], dict[str, Any] | None]], k: int = 8) -> Any:
+def runner(
+    rows: dict[str, tuple[list[int], dict[str, Any] | None]], k: int = 8, bound: int | None = None
+) -> Any:
     """A model runner holding these requests: output tokens and extra_args by request id."""
     ids = list(rows)
     tokens = np.zeros((len(ids), 256), dtype=np.int64)
@@ -35,8 +41,13 @@ def runner(rows: dict[str, tuple[list[int], dict[str, Any] | None]], k: int = 8)
         r: SimpleNamespace(sampling_params=SimpleNamespace(extra_args=extra))
         for r, (_, extra) in rows.items()
     }
+    additional = {} if bound is None else {PREDICTION_DRAFT_TOKENS_KEY: bound}
     return SimpleNamespace(
-        input_batch=batch, requests=requests, num_spec_tokens=k, max_model_len=200
+        input_batch=batch,
+        requests=requests,
+        num_spec_tokens=k,
+        max_model_len=200,
+        vllm_config=SimpleNamespace(additional_config=additional),
     )
 
 
@@ -93,3 +104,20 @@ def test_a_placement_found_again_waits_a_step_behind_the_drafters_guess() -> Non
         runner({"r": ([*answer, 3, *PREDICTION[20:24]], predicting)}), [[1]], drafts
     )
     assert drafts == [PREDICTION[24:33]]  # the drafter has nothing: the placement drafts
+
+
+def test_the_operators_bound_caps_a_predictions_drafts_within_the_engines_k() -> None:
+    predicting = {PREDICTION_KEY: PREDICTION}
+    rows = {
+        "free": (PREDICTION[:5], predicting),
+        "short": (PREDICTION[:5], {**predicting, DRAFT_LENGTH_KEY: 2}),
+    }
+    # The operator's bound, then each row's draft length.
+    cases = [(None, 9, 3), (4, 4, 3), (2, 2, 3), (1, 1, 1), (50, 9, 3)]
+    for bound, free, short in cases:
+        drafts: list[list[int]] = [[], []]
+        RequestPredictions().replace_drafts(runner(rows, k=8, bound=bound), [[1], [1]], drafts)
+        # Past the request's own limit (at most the bound) one more token is held as
+        # evidence, never verified; under a bound below the limit, the bound's tokens are
+        # all verified; K bounds the bound.
+        assert drafts == [PREDICTION[5 : 5 + free], PREDICTION[5 : 5 + short]], bound

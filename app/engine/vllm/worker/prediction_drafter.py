@@ -8,7 +8,8 @@ answer left it, the engine's drafter's proposal (n-gram, suffix trees) stands wh
 one. A prediction is the client's: it drafts for its own request only and is never added to a
 tree of earlier answers.
 
-The drafts are bounded by the request's limit and the engine's K, plus one token the scheduler
+The drafts are bounded by the request's limit, the operator's bound
+(`--prediction-draft-tokens`, 32) and the engine's K, plus one token the scheduler
 never verifies but holds as evidence (app/engine/vllm/core/draft_length_scheduler.py), and
 flagged as the prediction's on what the worker hands the scheduler (`PREDICTED_ATTRIBUTE`),
 which learns their acceptance apart from the drafter's and counts what landed. Only drafters
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.drafting.prediction_drafts import PredictionDrafts
-from app.engine.vllm.extra_args import draft_limit, prediction
+from app.engine.vllm.extra_args import draft_limit, prediction, prediction_draft_bound
 
 
 class RequestPredictions:
@@ -40,6 +41,7 @@ class RequestPredictions:
         self.predicted = set()
         batch = runner.input_batch
         k = int(runner.num_spec_tokens)
+        bound = prediction_draft_bound(runner.vllm_config.additional_config, k)
         for row, sampled in enumerate(sampled_token_ids):
             if not sampled:  # a prefill still in progress
                 continue
@@ -53,9 +55,10 @@ class RequestPredictions:
                 continue
             # One token past the request's limit: the scheduler verifies up to the limit and
             # holds the rest as evidence, so the step's own token counts as landed when it is
-            # the prediction's (within the context, where the scheduler does not cut).
+            # the prediction's (within the context, where the scheduler does not cut). Under
+            # a lower operator's bound, the bound's tokens are all verified.
             length = int(batch.num_tokens_no_spec[row])
-            room = min(limit + 1, runner.max_model_len - length - 1)
+            room = min(limit + 1 if limit <= bound else bound, runner.max_model_len - length - 1)
             if room <= 0:
                 continue
             output = batch.token_ids_cpu[row, int(batch.num_prompt_tokens[row]) : length]
