@@ -280,7 +280,11 @@ class VllmEngine(StopsOnExit):
             return
         logger.info("stopping the %s engine", self.route)
         llm, self._llm = self._llm, None
-        llm.shutdown()
+        # As vLLM's own server stops its engine: its shutdown timeout, 0 unless set (abort,
+        # then kill). By now the gateway has drained or cut its streams (--shutdown-grace-
+        # seconds); a graceful stop waited 5 s per engine here, for an engine core that on
+        # CPUs does not exit by itself once its workers have.
+        llm.shutdown(timeout=llm.vllm_config.shutdown_timeout)
         # Dropping our reference frees the engine now. Left for interpreter exit, its
         # finalizer would run shutdown() again after vLLM's modules are torn down.
         del llm
