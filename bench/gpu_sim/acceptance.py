@@ -145,6 +145,12 @@ class DraftPattern:
     # None for the other drafters, which offer the engine's K wherever they propose.
     match: tuple[int, ...] | None = None
     confidence: tuple[float, ...] | None = None
+    # Per position, whether the draft there comes from the request's own prediction of its
+    # answer (Predicted Outputs: bench/gpu_sim/predicted_outputs.py); None: never.
+    predicted: tuple[bool, ...] | None = None
+
+    def predicted_at(self, start: int) -> bool:
+        return self.predicted is not None and start < len(self.predicted) and self.predicted[start]
 
     def run_length(self, start: int, limit: int) -> int:
         """How many drafts in a row land from position `start`, at most `limit`."""

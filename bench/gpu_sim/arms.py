@@ -128,6 +128,9 @@ class Specgate(_Lengths):
                 planned.append(Offer(request.request_id, 0, 0.0))
                 continue
             pattern, start = request.pattern, request.generated
+            if pattern.predicted_at(start):  # the request's prediction: priced by its own
+                planned.append(Offer(request.request_id, offer, prior, source="prediction"))
+                continue
             planned.append(
                 Offer(
                     request.request_id,
@@ -160,13 +163,18 @@ class Specgate(_Lengths):
                 produced_tokens[lands] = 1
             # The engine has moved past this step's tokens; the drafts started before them.
             start = request.generated - produced
-            self.planner.observe_drafts(
-                request.request_id,
-                drafts,
-                produced_tokens,
-                request.pattern.offered_confidence(start, offered),
-                request.pattern.match_at(start),
-            )
+            if request.pattern.predicted_at(start):
+                self.planner.observe_drafts(
+                    request.request_id, drafts, produced_tokens, source="prediction"
+                )
+            else:
+                self.planner.observe_drafts(
+                    request.request_id,
+                    drafts,
+                    produced_tokens,
+                    request.pattern.offered_confidence(start, offered),
+                    request.pattern.match_at(start),
+                )
         # What the gateway learns the class from: an n-gram engine's draft replay replays
         # drafting every step; a model drafter reports what was verified.
         replay = self._replay[request.request_id]
