@@ -1,5 +1,4 @@
 """Admission control for one engine: a bounded number running, a bounded queue, then 429.
-An engine that serves both routes (--engine-layout one) has one for both.
 
 Requests past `max_running` wait; past `max_queued` they are refused at once, so an
 overloaded gateway answers in microseconds instead of hanging. A request that waits longer
@@ -19,6 +18,7 @@ from collections import deque
 
 from app.errors import OverloadedError, QueueTimeoutError
 from app.tenants.fair_share import FairShare
+from app.vocabulary import Route
 
 RETRY_AFTER_SECONDS = 1
 
@@ -26,13 +26,13 @@ RETRY_AFTER_SECONDS = 1
 class Admission:
     def __init__(
         self,
-        engine: str,
+        route: Route,
         max_running: int,
         max_queued: int,
         queue_timeout: float,
         fair_share: FairShare | None = None,
     ) -> None:
-        self.engine = engine  # its name in errors: a route's, or "shared"
+        self.route: Route = route
         self.max_running = max_running
         self.max_queued = max_queued
         self.queue_timeout = queue_timeout
@@ -67,7 +67,7 @@ class Admission:
                 self._forget(tenant, turn)
             if isinstance(exc, TimeoutError):
                 raise QueueTimeoutError(
-                    f"The request waited {self.queue_timeout:g} s for the {self.engine} engine.",
+                    f"The request waited {self.queue_timeout:g} s for the {self.route} engine.",
                     retry_after=RETRY_AFTER_SECONDS,
                 ) from None
             raise
@@ -86,7 +86,7 @@ class Admission:
 
     def _full(self) -> OverloadedError:
         return OverloadedError(
-            f"The {self.engine} engine is at capacity ({self.max_running} running, "
+            f"The {self.route} engine is at capacity ({self.max_running} running, "
             f"{self.max_queued} queued). Retry after {RETRY_AFTER_SECONDS} s.",
             retry_after=RETRY_AFTER_SECONDS,
         )

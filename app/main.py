@@ -66,21 +66,15 @@ def build_gateway(
     keys: LiveKeyRing | None = None,
 ) -> Gateway:
     metrics = GatewayMetrics()
-    admissions: dict[Route, Admission] = {}
+    admissions = {}
     for route, engine in engines.items():
         metrics.watch_engine(route, engine.unfinished_requests)
-        sharing = [other for other, its in engines.items() if its is engine]
-        admission = next((admissions[r] for r in sharing if r in admissions), None)
-        if admission is None:
-            # One engine serving both routes (--engine-layout one) admits both routes'
-            # requests through one queue, so that the fair share orders them all; it holds
-            # both routes' worth, as it holds both routes' KV cache.
-            admission = Admission(
-                "shared" if len(sharing) > 1 else route,
-                settings.max_running_requests * len(sharing),
-                settings.max_queued_requests * len(sharing),
-                settings.queue_timeout_seconds,
-            )
+        admission = Admission(
+            route,
+            settings.max_running_requests,
+            settings.max_queued_requests,
+            settings.queue_timeout_seconds,
+        )
         metrics.watch_queue(route, admission.queued)
         admissions[route] = admission
     # One engine for both routes chooses every request's draft length at every step: no

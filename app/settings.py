@@ -306,13 +306,13 @@ class Settings(BaseSettings):
     max_running_requests: int = Field(
         64,
         gt=0,
-        description="Requests each route's engine holds at once (one for both: twice)",
+        description="Requests each engine holds at once; more wait in specgate's queue",
         json_schema_extra=_cli("requests", "N"),
     )
     max_queued_requests: int = Field(
         128,
         ge=0,
-        description="Requests that may wait per route's engine; past that, a 429 with Retry-After",
+        description="Requests that may wait per engine; past that, a 429 with Retry-After",
         json_schema_extra=_cli("requests", "N"),
     )
     queue_timeout_seconds: float = Field(

@@ -8,9 +8,7 @@ import httpx
 import pytest
 
 from app.admission import Admission
-from app.engine.fakes.scripted import FakeEngine
 from app.errors import OverloadedError, QueueTimeoutError
-from app.main import build_gateway
 from app.settings import Settings
 from tests.conftest import MODEL, ClientFactory
 from tests.openai_schema import ERROR, violations
@@ -113,28 +111,3 @@ async def test_prompts_and_outputs_are_logged_only_when_asked(
     with caplog.at_level("DEBUG"):
         assert (await client.post(CHAT, json=body)).status_code == 200
     assert ("secret-marker-41" in caplog.text) is log_requests
-
-
-async def test_one_engine_for_both_routes_admits_both_through_one_queue() -> None:
-    settings = Settings(max_running_requests=3, max_queued_requests=5)
-    shared = FakeEngine("speculative")
-    admissions = build_gateway(
-        settings, {"speculative": shared, "plain": shared}
-    ).dispatcher.admissions
-    # One queue, so the fair share orders both routes' waiters together; both routes' worth.
-    assert admissions["speculative"] is admissions["plain"]
-    assert (admissions["plain"].max_running, admissions["plain"].max_queued) == (6, 10)
-    admission = admissions["plain"]
-    for _ in range(6):
-        await admission.enter("a")
-    waiting = [asyncio.create_task(admission.enter("a")) for _ in range(10)]
-    await asyncio.sleep(0)
-    with pytest.raises(OverloadedError, match="The shared engine is at capacity"):
-        await admissions["speculative"].enter("a")
-    for task in waiting:
-        task.cancel()
-    await asyncio.gather(*waiting, return_exceptions=True)
-    engines = {"speculative": FakeEngine("speculative"), "plain": FakeEngine("plain")}
-    apart = build_gateway(settings, engines).dispatcher.admissions  # type: ignore[arg-type]
-    assert apart["speculative"] is not apart["plain"]
-    assert (apart["plain"].max_running, apart["plain"].max_queued) == (3, 5)
