@@ -128,16 +128,17 @@ class Specgate(_Lengths):
                 planned.append(Offer(request.request_id, 0, 0.0))
                 continue
             pattern, start = request.pattern, request.generated
-            if pattern.predicted_at(start):  # the request's prediction: priced by its own
-                planned.append(Offer(request.request_id, offer, prior, source="prediction"))
-                continue
+            # A draft from the request's prediction is priced by what its own have landed,
+            # not by the trees' confidence.
+            predicted = pattern.predicted_at(start)
             planned.append(
                 Offer(
                     request.request_id,
                     offer,
                     prior,
-                    confidence=pattern.offered_confidence(start, offer),
-                    match_length=pattern.match_at(start),
+                    confidence=None if predicted else pattern.offered_confidence(start, offer),
+                    match_length=0 if predicted else pattern.match_at(start),
+                    source="prediction" if predicted else "drafter",
                 )
             )
         return self.planner.lengths(planned, len(decoding))
@@ -163,18 +164,16 @@ class Specgate(_Lengths):
                 produced_tokens[lands] = 1
             # The engine has moved past this step's tokens; the drafts started before them.
             start = request.generated - produced
-            if request.pattern.predicted_at(start):
-                self.planner.observe_drafts(
-                    request.request_id, drafts, produced_tokens, source="prediction"
-                )
-            else:
-                self.planner.observe_drafts(
-                    request.request_id,
-                    drafts,
-                    produced_tokens,
-                    request.pattern.offered_confidence(start, offered),
-                    request.pattern.match_at(start),
-                )
+            pattern = request.pattern
+            predicted = pattern.predicted_at(start)
+            self.planner.observe_drafts(
+                request.request_id,
+                drafts,
+                produced_tokens,
+                None if predicted else pattern.offered_confidence(start, offered),
+                0 if predicted else pattern.match_at(start),
+                source="prediction" if predicted else "drafter",
+            )
         # What the gateway learns the class from: an n-gram engine's draft replay replays
         # drafting every step; a model drafter reports what was verified.
         replay = self._replay[request.request_id]

@@ -92,12 +92,15 @@ def with_prediction(drafts: DraftPattern, kind: str, spans: list[tuple[int, int]
         predicted[1] = True  # its first proposal, from the start of the prediction: a miss
         lands[1] = False
     for start, end in spans:
-        lands[start] = False  # the old text, proposed where the edit begins
         for position in range(start + 1, min(length, end + ANCHOR_TOKENS)):
             predicted[position] = False  # placed again only after the anchor
-    for position in range(length):
-        if predicted[position] and kind != "wrong":
-            lands[position] = not any(start == position for start, _ in spans)
+    if kind != "wrong":
+        # The prediction's drafts land, but at each edit's start: there it proposes the old
+        # text.
+        starts = {start for start, _ in spans}
+        for position in range(length):
+            if predicted[position]:
+                lands[position] = position not in starts
     assert drafts.match is not None and drafts.confidence is not None
     return DraftPattern(
         lands=tuple(lands),
