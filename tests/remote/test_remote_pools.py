@@ -6,7 +6,7 @@ import time
 
 import httpx
 import pytest
-from openai import OpenAI
+from openai import BadRequestError, OpenAI
 
 from tests.engine.prompts import CODE, JSON_CONTINUATION, MODEL
 from tests.remote.conftest import Site
@@ -196,3 +196,23 @@ def test_an_agent_turn_with_the_default_tool_choice(site: Site) -> None:
     assert choice.finish_reason in ("tool_calls", "length"), choice
     calls = choice.message.tool_calls or []
     assert calls and all(call.function.name == "get_weather" for call in calls)  # type: ignore[union-attr]
+
+
+def test_a_prediction_is_refused_by_name_before_any_upstream(site: Site) -> None:
+    # vLLM's servers would drop the field without a word: the gateway says so instead.
+    client = site.client(site.gateway)
+    prediction = {"type": "content", "content": "def add(a, b):\n    return a + b\n"}
+    with pytest.raises(BadRequestError) as refused:
+        client.chat.completions.create(
+            model=MODEL,
+            messages=CODE,
+            max_tokens=8,
+            prediction=prediction,  # type: ignore[arg-type]
+        )
+    assert refused.value.status_code == 400
+    error = refused.value.body
+    assert isinstance(error, dict) and error["param"] == "prediction", error
+    assert "not supported by remote upstreams" in error["message"], error
+    # Without it the same request is served.
+    served = client.chat.completions.create(model=MODEL, messages=CODE, max_tokens=8)
+    assert served.choices[0].message.content
