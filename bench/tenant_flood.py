@@ -11,8 +11,9 @@ Two API keys of equal weight. Each arm runs three phases, chat completions of a 
    while B goes on as before; B's latencies here are against its quiet ones;
 3. both waiting: A open-loop at `--flood-rate`, B at `--both-b-rate` (less than A, but more
    than half of what the engine serves: both want more than a fair share); each key's share of
-   the tokens served while both had requests waiting. First come, first served gives B its
-   share of the requests sent; fair admission gives it half.
+   the tokens served while both had requests waiting for their first token (streamed, so
+   that the wait is seen). First come, first served gives B its share of the requests sent;
+   fair admission gives it half.
 
 Arms: `before` runs the code at `--before` (a git worktree of that commit, the same venv), with
 no fairness; `after` this tree's; `after-N` this tree's with `--max-running-requests N` (the
@@ -70,6 +71,8 @@ class Done:
     status: int
     tokens: int
     finished_at: float  # seconds since the phase started
+    # When its first token arrived, seconds since the phase started (streamed requests only).
+    first_token_at: float | None = None
 
 
 async def one(
@@ -81,25 +84,52 @@ async def one(
     t0: float,
     tokens: int,
     index: int = 0,
+    stream: bool = False,
 ) -> Done:
     sent = time.perf_counter()
-    body = {
+    body: dict[str, Any] = {
         "model": "SmolLM2-135M-Instruct",
         "messages": [{"role": "user", "content": prompt(phase, key, index)}],
         "max_tokens": tokens,
         "temperature": 0,
         "ignore_eos": True,
     }
+    headers = {"Authorization": f"Bearer {KEYS[key]}"}
+    first: float | None = None
     try:
-        answer = await client.post(
-            "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEYS[key]}"}
-        )
-        status = answer.status_code
-        used = answer.json()["usage"]["completion_tokens"] if status == 200 else 0
+        if stream:
+            body |= {"stream": True, "stream_options": {"include_usage": True}}
+            status, used, first = await _streamed(client, body, headers)
+        else:
+            answer = await client.post("/v1/chat/completions", json=body, headers=headers)
+            status = answer.status_code
+            used = answer.json()["usage"]["completion_tokens"] if status == 200 else 0
     except httpx.HTTPError:
         status, used = 0, 0
     done = time.perf_counter()
-    return Done(arm, repeat, phase, key, sent - t0, done - sent, status, used, done - t0)
+    first_at = first - t0 if first is not None else None
+    return Done(arm, repeat, phase, key, sent - t0, done - sent, status, used, done - t0, first_at)
+
+
+async def _streamed(
+    client: httpx.AsyncClient, body: dict[str, Any], headers: dict[str, str]
+) -> tuple[int, int, float | None]:
+    """(status, completion tokens, when the first content arrived) of one streamed request."""
+    first: float | None = None
+    used = 0
+    async with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as answer:
+        if answer.status_code != 200:
+            await answer.aread()
+            return answer.status_code, 0, None
+        async for line in answer.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[len("data: ") :])
+            if first is None and any(c["delta"].get("content") for c in event["choices"]):
+                first = time.perf_counter()
+            if event.get("usage"):
+                used = int(event["usage"]["completion_tokens"])
+    return 200, used, first
 
 
 async def open_loop(
@@ -112,13 +142,15 @@ async def open_loop(
     seconds: float,
     t0: float,
     tokens: int,
+    stream: bool = False,
 ) -> list[Done]:
     """Requests at `rate` a second for `seconds`, each on its own: the sender never waits."""
     tasks = []
     count = int(seconds * rate)
     for i in range(count):
         await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
-        tasks.append(asyncio.create_task(one(client, arm, repeat, phase, key, t0, tokens, index=i)))
+        request = one(client, arm, repeat, phase, key, t0, tokens, index=i, stream=stream)
+        tasks.append(asyncio.create_task(request))
     return list(await asyncio.gather(*tasks))
 
 
@@ -163,6 +195,7 @@ async def run_arm(base_url: str, arm: str, repeat: int, args: argparse.Namespace
                     args.both_seconds,
                     t0,
                     args.tokens,
+                    stream=True,
                 )
                 for key, rate in (("A", args.flood_rate), ("B", args.both_b_rate))
             )
@@ -171,8 +204,12 @@ async def run_arm(base_url: str, arm: str, repeat: int, args: argparse.Namespace
     return found
 
 
-def share_while_both_wait(done: Sequence[Done]) -> float | None:
-    """B's share of the tokens finished while both keys still had requests unfinished."""
+def share_to_drain(done: Sequence[Done]) -> float | None:
+    """B's share of the tokens finished while both keys still had requests unfinished.
+
+    The first measure (the runs before 2026-12-08): on open loops it counts to the drain,
+    long after the phase, so it mostly measures what each key sent minus what was refused.
+    """
     mine = [d for d in done if d.phase == "both" and d.status == 200]
     if not mine:
         return None
@@ -182,6 +219,54 @@ def share_while_both_wait(done: Sequence[Done]) -> float | None:
         key: sum(d.tokens for d in mine if d.key == key and d.finished_at <= until)
         for key in ("A", "B")
     }
+    total = served["A"] + served["B"]
+    return served["B"] / total if total else None
+
+
+Interval = tuple[float, float]
+
+
+def _merged(intervals: Sequence[Interval]) -> list[Interval]:
+    out: list[Interval] = []
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _overlap(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
+    """The times in both of two sorted, disjoint interval lists."""
+    out = []
+    for start_a, end_a in a:
+        for start_b, end_b in b:
+            start, end = max(start_a, start_b), min(end_a, end_b)
+            if end > start:
+                out.append((start, end))
+    return out
+
+
+def share_while_both_backlogged(done: Sequence[Done]) -> float | None:
+    """B's share of the tokens served while both keys had a request waiting for its first
+    token: the order in which the server takes waiting work, whatever each key sent.
+
+    A request's tokens are counted as arriving evenly from its first token to its last.
+    """
+    mine = [
+        d for d in done if d.phase == "both" and d.status == 200 and d.first_token_at is not None
+    ]
+    waiting = {
+        key: _merged([(d.sent_at, d.first_token_at or 0.0) for d in mine if d.key == key])
+        for key in ("A", "B")
+    }
+    window = _overlap(waiting["A"], waiting["B"])
+    served = dict.fromkeys(("A", "B"), 0.0)
+    for d in mine:
+        start = d.first_token_at or 0.0
+        length = d.finished_at - start
+        inside = sum(end - begin for begin, end in _overlap([(start, d.finished_at)], window))
+        served[d.key] += d.tokens * (inside / length if length > 0 else 0.0)
     total = served["A"] + served["B"]
     return served["B"] / total if total else None
 
@@ -196,7 +281,8 @@ def figures(done: Sequence[Done]) -> dict[str, Any]:
         "b_quiet_p90": percentile(quiet, 0.9),
         "b_flood_median": statistics.median(flooded) if flooded else None,
         "b_flood_p90": percentile(flooded, 0.9),
-        "b_share_both": share_while_both_wait(done),
+        "b_share_both": share_while_both_backlogged(done),
+        "b_share_to_drain": share_to_drain(done),
         "refused": {
             f"{phase} {key}": sum(
                 1 for d in done if (d.phase, d.key) == (phase, key) and d.status != 200

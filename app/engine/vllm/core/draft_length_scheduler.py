@@ -129,8 +129,10 @@ class DraftLengthScheduler(Scheduler):
             ms = (time.perf_counter() - started) * 1000
             self.planner.observe_step(sequences, tokens, drafting, ms)
             if STEP_TRACE:
+                produced = sum(map(len, model_runner_output.sampled_token_ids or ()))
+                record = {**self._trace, "produced": produced, "ms": round(ms, 3)}
                 with open(STEP_TRACE, "a") as trace:
-                    trace.write(json.dumps({**self._trace, "ms": round(ms, 3)}) + "\n")
+                    trace.write(json.dumps(record) + "\n")
             step_cost = self.planner.step_cost
             if step_cost.samples % STEP_COST_LOG_EVERY == 0:
                 logger.info(
