@@ -2,7 +2,8 @@
 its share of the engine, and its usage.
 
 A request is granted before it is routed (`open`: a refusal costs nothing and routes
-nothing), charged its prompt when it is admitted to an engine (`admitted`), its usage kept in
+nothing), charged its prompt and its expected output when it is admitted to an engine
+(`admitted`), its usage kept in
 the ledger when it completes (`completed`, before the client sees the end of it), and settled
 when it is released (`finished`): the tokens it reserved and did not use go back to its key,
 its fair-share charge becomes what it really used, and its usage is kept if it was not yet
@@ -50,6 +51,8 @@ class TenantCharge:
     access: Access
     grant: Grant | None
     prompt_estimate: int
+    sequences: int = 1
+    max_tokens: int | None = None
     charged: float = 0.0
     # Its usage is in the ledger (or there is none).
     recorded: bool = False
@@ -90,10 +93,10 @@ class TenantBooks:
         """The request's charge; raises RateLimitError or QuotaExceededError when its key's
         limits refuse it. Either way the response's rate-limit headers are set."""
         estimate = estimated_prompt_tokens(prompts)
+        sequences = len(prompts) * options.n
         key = access.key
         if key is None:
-            return TenantCharge(access, None, estimate)
-        sequences = len(prompts) * options.n
+            return TenantCharge(access, None, estimate, sequences, options.max_tokens)
         reserved = estimate + sequences * (options.max_tokens or UNBOUNDED_RESERVE)
         try:
             grant = self.limiter.take(key, reserved)
@@ -102,11 +105,14 @@ class TenantBooks:
             self.refused(access, exc.code or "rate_limit_exceeded")
             raise
         access.headers = grant.headers
-        return TenantCharge(access, grant, estimate)
+        return TenantCharge(access, grant, estimate, sequences, options.max_tokens)
 
     def admitted(self, charge: TenantCharge) -> None:
-        """The request has a slot: charge its prompt (an estimate until it ends)."""
-        charge.charged = self.fair_share.costs.prompt * charge.prompt_estimate
+        """The request has a slot: charge its prompt and its expected output (estimates
+        until it ends)."""
+        share = self.fair_share
+        output = charge.sequences * share.expected_output(charge.access.tenant, charge.max_tokens)
+        charge.charged = share.costs.prompt * charge.prompt_estimate + share.costs.output * output
         self.fair_share.charge(charge.access.tenant, charge.charged, charge.access.weight)
 
     def never_ran(self, charge: TenantCharge) -> None:
@@ -157,5 +163,8 @@ class TenantBooks:
         cost = self.fair_share.costs.of(
             used.prompt_tokens, used.completion_tokens, used.rejected_drafts
         )
+        if used.completion_tokens:
+            per_sequence = used.completion_tokens / max(1, charge.sequences)
+            self.fair_share.answered(charge.access.tenant, per_sequence)
         self.fair_share.charge(charge.access.tenant, cost - charge.charged, charge.access.weight)
         charge.charged = cost
