@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 import httpx
 
+from app.engine.remote.codec import SSEParser
+
 Endpoint = Literal["chat", "completions"]
 PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
@@ -207,14 +209,17 @@ def _fill_timings(
 
 
 async def _sse_data(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """The JSON payloads of an SSE stream, up to `data: [DONE]`."""
-    async for line in response.aiter_lines():
-        if not line.startswith("data:"):
-            continue  # blank separators, comments, event names
-        data = line[len("data:") :].strip()
-        if data == "[DONE]":
-            return
-        yield json.loads(data)
+    """The JSON payloads of an SSE stream, up to `data: [DONE]`.
+
+    Lines split as SSE splits them (at "\n"), not as httpx's aiter_lines does: that also
+    splits at U+2028, U+2029 and U+0085, which vLLM's server sends unescaped inside a text.
+    """
+    parser = SSEParser()
+    async for chunk in response.aiter_bytes():
+        for data in parser.feed(chunk):
+            if data.strip() == "[DONE]":
+                return
+            yield json.loads(data)
 
 
 def _content(event: dict[str, Any]) -> str:

@@ -36,9 +36,20 @@ CLIENT_CLOSED_REQUEST = 499
 FAREWELL_SECONDS = 1.0
 
 
+# Line ends to Python's str.splitlines (so to httpx's aiter_lines, and to requests'
+# iter_lines when it decodes) that JSON leaves unescaped. In a text a model writes, one cuts the
+# event in two for a client that reads the stream line by line: a JSONDecodeError inside a
+# sampled story's content string, 1 request in 880 of bench.load_phases. They can only stand
+# inside JSON strings, where their escapes mean the same.
+_JSON_LINE_END_ESCAPES = str.maketrans(
+    {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+
+
 def data_event(data: str) -> bytes:
-    """One SSE event with a single-line `data` field ("\n" line ends, as OpenAI sends)."""
-    return b"data: " + data.encode() + b"\n\n"
+    """One SSE event with a single-line `data` field ("\n" line ends, as OpenAI sends), which
+    stays one line however a client splits lines."""
+    return b"data: " + data.translate(_JSON_LINE_END_ESCAPES).encode() + b"\n\n"
 
 
 DONE_EVENT = data_event("[DONE]")

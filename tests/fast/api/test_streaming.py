@@ -9,6 +9,7 @@ import httpx
 
 from tests.conftest import MODEL, ClientFactory
 from tests.metrics_text import sample
+from tests.scripted_site import scripted_site
 
 CHAT = "/v1/chat/completions"
 
@@ -162,3 +163,18 @@ async def test_tokens_whose_text_is_held_back_still_stream_their_logprobs(
     tokens = [t for c in chunks for choice in c["choices"] for t in choice["logprobs"]["tokens"]]
     assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == " x y z x y z"
     assert len(tokens) == chunks[-1]["usage"]["completion_tokens"] == 6
+
+
+async def test_unicode_line_ends_in_content_do_not_split_an_event() -> None:
+    # U+2028, U+2029 and U+0085 are line ends to str.splitlines (and to httpx's aiter_lines),
+    # which JSON leaves unescaped; a client reading lines must still get whole events.
+    said = [" one\u2028two", " three\u2029four", " five\x85six"]
+    async with scripted_site(said) as site:
+        body = stream_body(max_tokens=3)
+        async with site.client.stream("POST", CHAT, json=body) as response:
+            assert response.status_code == 200
+            lines = [line async for line in response.aiter_lines()]
+    payloads = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
+    assert payloads[-1] == "[DONE]"
+    chunks = [json.loads(p) for p in payloads[:-1]]
+    assert "".join(c["choices"][0]["delta"]["content"] for c in chunks) == "".join(said)
