@@ -40,6 +40,7 @@ from typing import Any
 
 import httpx
 
+from app.engine.remote.codec import SSEParser
 from bench import repeats
 from bench.manifest import recorded_run
 from bench.report import percentile
@@ -121,14 +122,16 @@ async def _streamed(
         if answer.status_code != 200:
             await answer.aread()
             return answer.status_code, 0, None
-        async for line in answer.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[len("data: ") :])
-            if first is None and any(c["delta"].get("content") for c in event["choices"]):
-                first = time.perf_counter()
-            if event.get("usage"):
-                used = int(event["usage"]["completion_tokens"])
+        parser = SSEParser()  # frames at "\n", as SSE does (httpx's aiter_lines splits more)
+        async for chunk in answer.aiter_bytes():
+            for data in parser.feed(chunk):
+                if data.strip() == "[DONE]":
+                    continue
+                event = json.loads(data)
+                if first is None and any(c["delta"].get("content") for c in event["choices"]):
+                    first = time.perf_counter()
+                if event.get("usage"):
+                    used = int(event["usage"]["completion_tokens"])
     return 200, used, first
 
 

@@ -113,7 +113,7 @@ class TenantBooks:
         share = self.fair_share
         output = charge.sequences * share.expected_output(charge.access.tenant, charge.max_tokens)
         charge.charged = share.costs.prompt * charge.prompt_estimate + share.costs.output * output
-        self.fair_share.charge(charge.access.tenant, charge.charged, charge.access.weight)
+        share.charge(charge.access.tenant, charge.charged, charge.access.weight)
 
     def never_ran(self, charge: TenantCharge) -> None:
         """Refused or failed before it started: its key gets back all it took."""

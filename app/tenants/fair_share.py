@@ -3,16 +3,15 @@ et al., "Fairness in Serving Large Language Models" (OSDI 2024).
 
 When the engine is full, the next request admitted is the backlogged tenant's whose counter is
 lowest, which bounds the service gap between any two backlogged tenants. A tenant is charged
-for its prompt when admitted (an estimate, corrected when the request ends) and for its
-output and its drafted-and-rejected tokens when the request ends, each at its cost, over its
-weight: drafting cannot buy a tenant a larger share. Its output is charged at admission
-too, as expected (the smaller of its max_tokens and its tenant's recent answers' length),
-and corrected when it ends: charged only at the end, a flood's requests in flight (up to a
-whole batch of them) were missing from its counter for as long as they ran, and the other
-tenant took most of the next slots (B's share 0.53-0.59 in the flood benchmark, issue 43).
-A tenant that had nothing waiting is
-lifted, when it next waits, to the lowest counter of those waiting (or to the counter of the
-tenant served last, when none is), so time spent idle is not banked as credit.
+when its request is admitted for the prompt and the output it is expected to write (the
+smaller of its max_tokens and its tenant's recent answers' length), and when the request ends
+the charge becomes what it used: prompt, output and drafted-and-rejected tokens, each at its
+cost, over its weight, so drafting cannot buy a tenant a larger share. (Charged for output
+only at the end, a flood's requests in flight, up to a whole batch of them, were missing from
+its counter for as long as they ran, and the other tenant took most of the next slots: B's
+share 0.53-0.59 in the flood benchmark, issue 43.) A tenant that had nothing waiting is lifted,
+when it next waits, to the lowest counter of those waiting (or to the counter of the tenant
+served last, when none is), so time spent idle is not banked as credit.
 """
 
 from __future__ import annotations

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import time
+
+import httpx
 import pytest
 
-from bench.tenant_flood import Done, share_to_drain, share_while_both_backlogged
+from bench.tenant_flood import Done, one, share_to_drain, share_while_both_backlogged
 
 
 def done(
@@ -36,3 +40,23 @@ def test_other_phases_are_not_counted() -> None:
     flood = Done("after", 0, "flood", "B", 0.0, 9.0, 200, 500, 9.0, 1.0)
     records = [done("A", 0.0, 4.0, 6.0, 20), done("B", 0.0, 4.0, 6.0, 20), flood]
     assert share_while_both_backlogged(records) is None  # nothing served while both waited
+
+
+async def test_a_streamed_request_records_its_first_token_and_its_tokens() -> None:
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+        {"choices": [{"index": 0, "delta": {"content": " a\u2028b"}}]},  # raw, as vLLM sends
+        {"choices": [], "usage": {"completion_tokens": 2}},
+    ]
+    body = "".join(f"data: {json.dumps(c, ensure_ascii=False)}\n\n" for c in chunks)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=(body + "data: [DONE]\n\n").encode())
+
+    transport = httpx.MockTransport(answer)
+    async with httpx.AsyncClient(transport=transport, base_url="http://flood") as client:
+        t0 = time.perf_counter()
+        record = await one(client, "after", 0, "both", "B", t0, 2, stream=True)
+    assert (record.status, record.tokens) == (200, 2)
+    assert record.first_token_at is not None
+    assert 0 <= record.sent_at <= record.first_token_at <= record.finished_at
