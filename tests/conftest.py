@@ -33,6 +33,8 @@ ENGINE_TIERS = (
     "remote",
 )
 TESTS = Path(__file__).parent
+# Set where the session made the ledger's folder itself (not the user's value).
+_OWN_LEDGER = "SPECGATE_TESTS_OWN_LEDGER"
 
 
 # There specgate runs in its own server process, out of these filters' reach; what leaks
@@ -45,9 +47,14 @@ CLIENT_LEAKS = pytest.mark.filterwarnings("ignore::ResourceWarning")
 def pytest_configure(config: pytest.Config) -> None:
     # Every server the tests start (in process or not) keeps its usage ledger in the session's
     # own folder, never in the user's cache; a test that reads a ledger names its own.
-    if "SPECGATE_USAGE_LEDGER_PATH" not in os.environ:
+    # Each pytest-xdist worker (the fast tier runs on several) gets a ledger of its own: they
+    # inherit the controller's environment, and one file for all would make their tests'
+    # usage figures each other's.
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if "SPECGATE_USAGE_LEDGER_PATH" not in os.environ or (worker and _OWN_LEDGER in os.environ):
         folder = Path(tempfile.mkdtemp(prefix="specgate-tests-"))
         os.environ["SPECGATE_USAGE_LEDGER_PATH"] = str(folder / "usage.sqlite3")
+        os.environ[_OWN_LEDGER] = "1"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
