@@ -1,4 +1,5 @@
-"""Engine death and SIGTERM on a server of its own (both end the server's useful life).
+"""Engine death and SIGTERM (both end the server's useful life), on the package's server:
+the one restarted after tests/faults/kill_mid_load.py's `kill -9`, two engines, its own key.
 
 Runs after tests/engine, whose package-scoped server has stopped by then: two servers at
 once do not fit these machines' memory.
@@ -10,34 +11,19 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import httpx
 import psutil
-import pytest
 
 from tests.engine.prompts import JSON_CONTINUATION, MODEL
 from tests.engine.server import ServerProcess
+from tests.faults.kill_mid_load import FAULTS_KEY, GRACE_SECONDS
 from tests.openai_schema import ERROR, violations
 
-GRACE_SECONDS = 4
+AUTH = {"Authorization": f"Bearer {FAULTS_KEY}"}
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    log = tmp_path_factory.mktemp("faults") / "specgate.log"
-    args = [
-        "--engine-layout", "two",
-        "--routing-exploration", "0",
-        "--shutdown-grace-seconds", str(GRACE_SECONDS),
-    ]  # fmt: skip
-    process = ServerProcess(args, log)
-    process.wait_ready()
-    yield process
-    process.stop(signal.SIGKILL)
 
 
 @dataclass
@@ -63,7 +49,7 @@ class StreamWatcher:
                 "POST",
                 url,
                 json={**self.body, "stream": True},
-                headers={"X-Speculative": self.route},
+                headers={**AUTH, "X-Speculative": self.route},
                 timeout=120,
             ) as response:
                 for line in response.iter_lines():
@@ -135,17 +121,17 @@ def test_a_dead_plain_engine_is_reported_and_routed_around(server: ServerProcess
     pinned = httpx.post(
         f"{server.base_url}{COMPLETIONS}",
         json=long_body(4),
-        headers={"X-Speculative": "off"},
+        headers={**AUTH, "X-Speculative": "off"},
         timeout=60,
     )
     assert pinned.status_code == 503 and violations(pinned.json(), ERROR) == []
     # ... auto traffic falls back to the speculative engine, whose own traffic goes on.
     poem = {"model": MODEL, "messages": [{"role": "user", "content": "A poem"}], "max_tokens": 4}
-    auto = httpx.post(f"{server.base_url}{CHAT}", json=poem, timeout=60)
+    auto = httpx.post(f"{server.base_url}{CHAT}", json=poem, headers=AUTH, timeout=60)
     assert auto.status_code == 200, auto.text
     assert auto.headers["x-specgate-reason"] == "fallback: the plain engine is down"
     forced = httpx.post(
-        f"{server.base_url}{CHAT}", json=poem, headers={"X-Speculative": "on"}, timeout=60
+        f"{server.base_url}{CHAT}", json=poem, headers={**AUTH, "X-Speculative": "on"}, timeout=60
     )
     assert forced.status_code == 200
 
