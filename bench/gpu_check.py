@@ -40,7 +40,7 @@ from app.engine.vllm.cpu_cores import NUMBA_DEFAULTS
 from app.settings import Settings
 from bench.manifest import recorded_run
 from bench.model_folders import make_shape_folder, make_truncated_draft
-from bench.servers import ServerSpec, free_port, serve
+from bench.servers import ServerProcess, ServerSpec, free_port, serve, serve_together
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = ROOT / "bench" / "gpu_sim" / "model_configs"
@@ -176,13 +176,27 @@ async def checks(base_url: str) -> dict[str, Any]:
     }
 
 
-def measure(
-    spec: ServerSpec, platform: Platform, log_dir: Path, header: str | None
-) -> dict[str, Any]:
-    with serve(spec, free_port(), log_dir, startup_timeout_s=900) as server:
-        found = asyncio.run(checks(server.base_url)) if spec.name.startswith("specgate") else {}
-        for level in platform.levels:
-            found[f"itl_ms_c{level}"] = asyncio.run(itl_ms(server.base_url, level, header))
+def measure(server: ServerProcess, platform: Platform) -> dict[str, Any]:
+    """The checks (specgate's servers) and inter-token latencies of one running server."""
+    specgate_server = server.name.startswith("specgate")
+    found = asyncio.run(checks(server.base_url)) if specgate_server else {}
+    header = "auto" if specgate_server else None
+    for level in platform.levels:
+        found[f"itl_ms_c{level}"] = asyncio.run(itl_ms(server.base_url, level, header))
+    return found
+
+
+def measure_each(specs: list[ServerSpec], platform: Platform, log_dir: Path) -> dict[str, Any]:
+    """Each server measured alone, in turn. The quick run on a CPU starts its two small
+    servers together (a minute of CI less); the idle one waits while the other is measured,
+    and its figures only need to exist. On a GPU one server at a time holds the device."""
+    if platform.quick and not platform.gpu:
+        with serve_together(specs, log_dir, startup_timeout_s=900) as servers:
+            return {server.name: measure(server, platform) for server in servers}
+    found = {}
+    for spec in specs:
+        with serve(spec, free_port(), log_dir, startup_timeout_s=900) as server:
+            found[spec.name] = measure(server, platform)
     return found
 
 
@@ -220,14 +234,12 @@ def main(argv: list[str] | None = None) -> int:
 def check(args: argparse.Namespace, out: Path) -> int:
     gpu = args.platform == "gpu" or (args.platform == "auto" and shutil.which("nvidia-smi"))
     platform = prepare(bool(gpu), out / "models", args.quick)
-    servers: dict[str, dict[str, Any]] = {}
-    for method, layout in platform.runs:
-        spec = specgate(platform, method, layout)
-        servers[spec.name] = measure(spec, platform, out / "logs", "auto")
+    specs = [specgate(platform, method, layout) for method, layout in platform.runs]
     # vLLM's servers are the baselines; the quick run starts its plain one only.
-    for method in (None,) if args.quick else (None, "ngram", "draft_model"):
-        spec = vllm(platform, method)
-        servers[spec.name] = measure(spec, platform, out / "logs", None)
+    specs += [
+        vllm(platform, m) for m in ((None,) if args.quick else (None, "ngram", "draft_model"))
+    ]
+    servers = measure_each(specs, platform, out / "logs")
     device = "a GPU host" if gpu else "this CPU"
     results = {"gpu": bool(gpu), "device": device, "quick": args.quick, "servers": servers}
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -284,6 +285,24 @@ def serve(
         yield server
     finally:
         server.stop()
+
+
+@contextmanager
+def serve_together(
+    specs: list[ServerSpec], log_dir: Path, startup_timeout_s: float
+) -> Iterator[list[ServerProcess]]:
+    """`serve` for several servers started at once: a start is mostly one interpreter at a
+    time importing torch and vLLM, so two overlap on two cores. Only where all fit in memory
+    at once and an idle one does not disturb what the other measures."""
+    servers: list[ServerProcess] = []
+    try:
+        servers = [ServerProcess(spec, log_dir / f"{spec.name}.log") for spec in specs]
+        with ThreadPoolExecutor(len(servers)) as pool:
+            list(pool.map(lambda server: server.wait_ready(startup_timeout_s), servers))
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
 
 
 @atexit.register
