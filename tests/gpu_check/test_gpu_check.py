@@ -1,6 +1,6 @@
 """`make gpu-check` on this CPU (quick): every line a GPU host runs, with the embedded model,
-so the check never rots. Its own servers, one at a time: a package of its own, so the shared
-server of tests/engine has stopped by then."""
+so the check never rots. Its own two servers, started together and measured in turn: a
+package of its own, so the shared server of tests/engine has stopped by then."""
 
 from __future__ import annotations
 
