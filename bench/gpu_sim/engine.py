@@ -176,12 +176,22 @@ class StepLog:
     busy_ms: float = 0.0
 
 
+class Gate(Protocol):
+    """The gateway's admission in front of the engine (bench/gpu_sim/admission_gate.py)."""
+
+    def arrive(self, request: SimRequest) -> list[SimRequest]: ...
+
+    def release(self, request: SimRequest) -> list[SimRequest]: ...
+
+
 @dataclass
 class Simulation:
     setup: EngineSetup
     arm: Arm
     log: StepLog = field(default_factory=StepLog)
     finished: list[SimRequest] = field(default_factory=list)
+    # None: every request reaches the engine's own queue on arrival.
+    gate: Gate | None = None
 
     def run(self, arrivals: list[SimRequest], follow: Callable[[float], SimRequest | None]) -> None:
         """Serve `arrivals` (by arrival time), and whatever `follow(now)` sends each time a
@@ -199,7 +209,7 @@ class Simulation:
             while pending and pending[0][0] <= now:
                 request = heapq.heappop(pending)[2]
                 arm.admit(request, len(running) + len(waiting))
-                waiting.append(request)
+                waiting.extend([request] if self.gate is None else self.gate.arrive(request))
             if not waiting and not running:
                 now = pending[0][0]
                 continue
@@ -265,6 +275,8 @@ class Simulation:
                 kv_free += request.prompt_tokens + request.output_tokens
                 arm.finished(request)
                 self.finished.append(request)
+                if self.gate is not None:
+                    waiting.extend(self.gate.release(request))
                 follower = follow(now)
                 if follower is not None:
                     heapq.heappush(pending, (follower.arrival_s, order, follower))

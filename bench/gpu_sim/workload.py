@@ -59,6 +59,8 @@ class SimRequest:
     prompt_tokens: int
     output_tokens: int
     pattern: DraftPattern
+    # Whose request it is (the flood scenario's keys; "" elsewhere).
+    tenant: str = ""
     # Filled in by the simulator.
     prefilled: int = 0
     generated: int = 0
