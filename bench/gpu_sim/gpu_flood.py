@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import sys
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -66,20 +68,28 @@ def periodic(tenant: str, gap_s: float, until_s: float) -> list[tuple[str, float
 
 
 def poisson(
-    tenant: str, rate_per_s: float, until_s: float, maker: RequestMaker
+    tenant: str, rate_per_s: float, until_s: float, rng: random.Random
 ) -> list[tuple[str, float]]:
     arrivals, now = [], 0.0
     while True:
-        now += maker.arrival_rng.expovariate(rate_per_s)
+        now += rng.expovariate(rate_per_s)
         if now >= until_s:
             return arrivals
         arrivals.append((tenant, now))
 
 
 def requests(traffic: Traffic, seed: int) -> list[SimRequest]:
-    """The same requests for every arm: chat-sized, drawn in arrival order."""
-    maker = RequestMaker("ngram", seed, mix={"chat": 1.0})
-    return [replace(maker.make(at), tenant=tenant) for tenant, at in traffic.arrivals]
+    """The same requests for every arm: chat-sized, each tenant's drawn from a stream of its
+    own in its arrival order, so B asks the same in the quiet run as in the flood."""
+    makers: dict[str, RequestMaker] = {}
+    made = []
+    for tenant, at in traffic.arrivals:
+        if tenant not in makers:
+            stream = seed * 1000 + zlib.crc32(tenant.encode()) % 1000
+            makers[tenant] = RequestMaker("ngram", stream, mix={"chat": 1.0})
+        request = makers[tenant].make(at)
+        made.append(replace(request, request_id=f"{tenant}-{request.request_id}", tenant=tenant))
+    return made
 
 
 def serve(
@@ -132,14 +142,14 @@ def share_of_b(served: Sequence[SimRequest], start_s: float, end_s: float) -> fl
 
 def one_seed(engine: EngineSetup, seed: int) -> dict[str, Any]:
     capacity = capacity_per_s(engine, seed)
-    maker = RequestMaker("ngram", seed)
+    gaps = random.Random(seed)
     quiet = requests(Traffic(periodic("B", QUIET_GAP_S, FLOOD_S)), seed)
     flood = Traffic.merged(
-        poisson("A", A_OVERLOAD * capacity, FLOOD_S, maker), periodic("B", QUIET_GAP_S, FLOOD_S)
+        poisson("A", A_OVERLOAD * capacity, FLOOD_S, gaps), periodic("B", QUIET_GAP_S, FLOOD_S)
     )
     both = Traffic.merged(
-        poisson("A", A_OVERLOAD * capacity, FLOOD_S, maker),
-        poisson("B", B_BACKLOGGED * capacity, FLOOD_S, maker),
+        poisson("A", A_OVERLOAD * capacity, FLOOD_S, gaps),
+        poisson("B", B_BACKLOGGED * capacity, FLOOD_S, gaps),
     )
     quiet_p90 = p90(e2e(serve(engine, "before", quiet)[0], "B"))
     found: dict[str, Any] = {

@@ -4,6 +4,7 @@ GPU-scale simulator, and the flood scenario's measures (bench/gpu_sim/gpu_flood.
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import replace
 from pathlib import Path
 
@@ -65,3 +66,16 @@ def test_the_flood_runs_and_fair_admission_serves_b_sooner(tmp_path: Path) -> No
     assert run["after"]["b_refused"] == 0 < run["before"]["b_refused"]
     assert 0.45 <= run["after"]["b_share_both_backlogged"] <= 0.55
     assert "simulated" in (tmp_path / "summary.md").read_text()
+
+
+def test_b_asks_the_same_alone_and_in_the_flood() -> None:
+    quiet = gpu_flood.Traffic(gpu_flood.periodic("B", 2.0, 20.0))
+    flood = gpu_flood.Traffic.merged(
+        gpu_flood.poisson("A", 50.0, 20.0, random.Random(1)),
+        gpu_flood.periodic("B", 2.0, 20.0),
+    )
+    alone = gpu_flood.requests(quiet, seed=3)
+    flooded = [r for r in gpu_flood.requests(flood, seed=3) if r.tenant == "B"]
+    assert len(flood.arrivals) > 10 * len(alone)
+    shape = lambda r: (r.arrival_s, r.prompt_tokens, r.output_tokens)  # noqa: E731
+    assert [shape(r) for r in flooded] == [shape(r) for r in alone]
