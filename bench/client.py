@@ -155,7 +155,7 @@ async def measure(
             sample.route = response.headers.get("x-specgate-route", arm.route)
             sample.served_class = response.headers.get("x-specgate-class")
             sample.reason = response.headers.get("x-specgate-reason")
-            async for event in _sse_data(response):
+            async for event in sse_payloads(response):
                 if event.get("error"):
                     sample.error = f"stream error: {json.dumps(event['error'])[:300]}"
                     continue
@@ -208,7 +208,7 @@ def _fill_timings(
         sample.chunk_gap_s = (chunk_times[-1] - chunk_times[0]) / (len(chunk_times) - 1)
 
 
-async def _sse_data(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+async def sse_payloads(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
     """The JSON payloads of an SSE stream, up to `data: [DONE]`.
 
     Lines split as SSE splits them (at "\n"), not as httpx's aiter_lines does: that also

@@ -296,7 +296,8 @@ def serve_together(
     at once and an idle one does not disturb what the other measures."""
     servers: list[ServerProcess] = []
     try:
-        servers = [ServerProcess(spec, log_dir / f"{spec.name}.log") for spec in specs]
+        for spec in specs:  # each kept as soon as it runs, so a failed start stops the others
+            servers.append(ServerProcess(spec, log_dir / f"{spec.name}.log"))
         with ThreadPoolExecutor(len(servers)) as pool:
             list(pool.map(lambda server: server.wait_ready(startup_timeout_s), servers))
         yield servers

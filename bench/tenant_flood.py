@@ -40,8 +40,8 @@ from typing import Any
 
 import httpx
 
-from app.engine.remote.codec import SSEParser
 from bench import repeats
+from bench.client import sse_payloads
 from bench.manifest import recorded_run
 from bench.report import percentile
 from bench.servers import REPO, ServerError, free_port, serve, specgate_spec
@@ -122,16 +122,11 @@ async def _streamed(
         if answer.status_code != 200:
             await answer.aread()
             return answer.status_code, 0, None
-        parser = SSEParser()  # frames at "\n", as SSE does (httpx's aiter_lines splits more)
-        async for chunk in answer.aiter_bytes():
-            for data in parser.feed(chunk):
-                if data.strip() == "[DONE]":
-                    continue
-                event = json.loads(data)
-                if first is None and any(c["delta"].get("content") for c in event["choices"]):
-                    first = time.perf_counter()
-                if event.get("usage"):
-                    used = int(event["usage"]["completion_tokens"])
+        async for event in sse_payloads(answer):
+            if first is None and any(c["delta"].get("content") for c in event["choices"]):
+                first = time.perf_counter()
+            if event.get("usage"):
+                used = int(event["usage"]["completion_tokens"])
     return 200, used, first
 
 
